@@ -1,0 +1,299 @@
+"""The autoregressive generation loop (seed 001 §1): input → logits → sample → append → repeat.
+
+``generate`` runs it on a real model, with a KV cache (prefill once, then one token per
+decode step) or without (the whole sequence is recomputed every step), and records each
+step for plotting. It stops on the end-of-sequence token, on ``max_new_tokens`` or when a
+stop string appears. ``generate_batch`` runs several prompts at once with left padding.
+
+Counts of *token-forwards* (token positions pushed through the model) are kept so the KV
+cache chapter can compare them with the theory: with the cache ``P + n - 1``, without it
+``Σ_{i=0}^{n-1} (P + i)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .models import LoadedModel, max_positions, model_forward
+from .sampling import GREEDY, SamplingParams, entropy_bits, probs_from_logits, sample
+
+
+@dataclass
+class StepRecord:
+    """One decode step.
+
+    Attributes:
+        step: index of the new token (0 = first token after the prompt).
+        position: its position id in the sequence (prompt length + step).
+        token_id / token: the chosen token and its display string.
+        prob: its probability under the distribution actually sampled from (after all filters).
+        logprob: its natural-log probability under the model's own distribution (T = 1).
+        top_ids / top_probs: the model's ``top_n`` most likely candidates at T = 1.
+        num_kept: candidates left after the filters (1 for greedy).
+        entropy_bits: entropy of the model's own distribution, in bits.
+    """
+
+    step: int
+    position: int
+    token_id: int
+    token: str
+    prob: float
+    logprob: float
+    top_ids: list[int]
+    top_probs: list[float]
+    num_kept: int
+    entropy_bits: float
+
+
+@dataclass
+class GenerationResult:
+    """What one call of :func:`generate` produced.
+
+    ``finish_reason`` is ``"stop"`` (EOS or a stop string) or ``"length"`` (``max_new_tokens``).
+    ``token_forwards`` counts token positions run through the model; ``seconds`` is wall time
+    (never compared in tests).
+    """
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    steps: list[StepRecord] = field(default_factory=list)
+    token_forwards: int = 0
+    model_calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def logprob(self) -> float:
+        """Σ log p of the generated tokens under the model (natural log)."""
+        return sum(s.logprob for s in self.steps)
+
+
+def _prompt_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
+    ids = lm.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+    if not ids:
+        raise ValueError("prompt must contain at least one token, got an empty prompt")
+    vocab = lm.model.config.vocab_size
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise ValueError(f"prompt token ids must be in [0, {vocab}), got {bad[:5]}")
+    return ids
+
+
+def _check_length(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    limit = max_positions(lm.model)
+    if prompt_len + max_new_tokens > limit:
+        raise ValueError(f"prompt length + max_new_tokens must be <= {limit} (the model's n_positions), "
+                         f"got {prompt_len} + {max_new_tokens}")
+
+
+@torch.no_grad()
+def next_token_logits(lm: LoadedModel, prompt: str | Sequence[int]) -> torch.Tensor:
+    """The model's logits for the token after ``prompt``: shape ``(vocab,)``, float32."""
+    ids = torch.tensor([_prompt_ids(lm, prompt)], device=lm.device)
+    logits, _ = model_forward(lm.model, ids, use_cache=False)
+    return logits[0, -1].float()
+
+
+def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, token: int,
+            params: SamplingParams, prev: list[int], top_n: int) -> StepRecord:
+    raw = torch.softmax(logits.float(), dim=-1)
+    final = probs_from_logits(logits.unsqueeze(0), params, [prev])[0]
+    top = torch.topk(raw, min(top_n, raw.shape[-1]))
+    return StepRecord(step=step, position=position, token_id=token, token=lm.token_str(token),
+                      prob=float(final[token]), logprob=float(torch.log(raw[token].clamp_min(1e-45))),
+                      top_ids=top.indices.tolist(), top_probs=top.values.tolist(),
+                      num_kept=int((final > 0).sum()), entropy_bits=float(entropy_bits(raw)))
+
+
+def _stop_hit(text: str, stops: Sequence[str]) -> int | None:
+    """Index where the earliest stop string starts in ``text``, or None."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+@torch.no_grad()
+def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParams = GREEDY, *,
+             max_new_tokens: int | None = None, use_cache: bool = True,
+             generator: torch.Generator | None = None, record: bool = True,
+             top_n: int = 10) -> GenerationResult:
+    """Generate a continuation of one prompt, token by token.
+
+    Args:
+        lm: a loaded model (:func:`labsupport.models.load_model`).
+        prompt: text, or a list of token ids.
+        params: sampling settings (default greedy); ``params.stop`` and ``ignore_eos`` apply.
+        max_new_tokens: most new tokens; default ``params.max_tokens``.
+        use_cache: keep a KV cache (prefill + one token per step) or recompute everything.
+        generator: ``torch.Generator`` for sampling (default: seeded from ``params.seed``).
+        record: keep a :class:`StepRecord` per step.
+        top_n: candidates kept in each record.
+
+    Returns:
+        A :class:`GenerationResult`; ``text`` is the new text only, cut before a stop string.
+
+    Raises:
+        ValueError: empty prompt, ids outside the vocabulary, or a length beyond the model's
+            position limit.
+    """
+    ids = _prompt_ids(lm, prompt)
+    max_new = params.max_tokens if max_new_tokens is None else max_new_tokens
+    _check_length(lm, len(ids), max_new)
+    if generator is None and params.seed is not None:
+        generator = torch.Generator(device=lm.device).manual_seed(params.seed)
+    eos = None if params.ignore_eos else lm.eos_token_id
+    seq = list(ids)
+    new: list[int] = []
+    steps: list[StepRecord] = []
+    cache = None
+    forwards = calls = 0
+    finish = "length"
+    text = ""
+    start = time.perf_counter()
+    for step in range(max_new):
+        if use_cache and cache is not None:
+            inp = torch.tensor([[seq[-1]]], device=lm.device)            # decode: one token
+        else:
+            inp = torch.tensor([seq], device=lm.device)                  # prefill / recompute
+        logits, cache = model_forward(lm.model, inp, cache, use_cache=use_cache)
+        forwards += inp.shape[1]
+        calls += 1
+        last = logits[0, -1].float()                                     # (vocab,)
+        token = int(sample(last.unsqueeze(0), params, generator, [seq])[0])
+        if record:
+            steps.append(_record(lm, step, len(seq), last, token, params, seq, top_n))
+        seq.append(token)
+        new.append(token)
+        if eos is not None and token == eos:
+            finish = "stop"
+            break
+        if params.stop:
+            text = lm.decode(new)
+            cut = _stop_hit(text, params.stop)
+            if cut is not None:
+                finish = "stop"
+                break
+    out_ids = new[:-1] if finish == "stop" and eos is not None and new and new[-1] == eos else new
+    text = lm.decode(out_ids)
+    cut = _stop_hit(text, params.stop) if params.stop else None
+    if cut is not None:
+        text = text[:cut]
+    return GenerationResult(prompt_ids=ids, token_ids=new, text=text, finish_reason=finish,
+                            steps=steps, token_forwards=forwards, model_calls=calls,
+                            seconds=time.perf_counter() - start)
+
+
+def left_pad(batch_ids: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into a batch.
+
+    Returns:
+        ``input_ids (batch, L)``, ``attention_mask (batch, L)`` (1 = real token) and
+        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding
+        (case C12); pad slots get position 0 (they are masked out anyway).
+    """
+    if not batch_ids or any(len(r) == 0 for r in batch_ids):
+        raise ValueError("batch_ids must be a non-empty list of non-empty id lists")
+    width = max(len(r) for r in batch_ids)
+    ids = torch.full((len(batch_ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch_ids), width), dtype=torch.long)
+    for b, row in enumerate(batch_ids):
+        ids[b, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
+        mask[b, width - len(row):] = 1
+    pos = (mask.cumsum(dim=-1) - 1).clamp_min(0)
+    return ids.to(device), mask.to(device), pos.to(device)
+
+
+@torch.no_grad()
+def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
+                   params: SamplingParams = GREEDY, *, max_new_tokens: int | None = None,
+                   generator: torch.Generator | None = None) -> list[GenerationResult]:
+    """Generate for several prompts at once, left-padded, with a KV cache.
+
+    Each row stops on its own EOS / stop string (finished rows keep being fed padding and
+    their outputs are ignored). Greedy rows equal their unbatched :func:`generate` (case C12).
+
+    Args:
+        prompts: texts or id lists (any mix of lengths).
+        params: shared sampling settings.
+        max_new_tokens: default ``params.max_tokens``.
+        generator: one generator for the whole batch (rows draw in order).
+
+    Returns:
+        One :class:`GenerationResult` per prompt (no per-step records).
+    """
+    rows = [_prompt_ids(lm, p) for p in prompts]
+    max_new = params.max_tokens if max_new_tokens is None else max_new_tokens
+    _check_length(lm, max(len(r) for r in rows), max_new)
+    if generator is None and params.seed is not None:
+        generator = torch.Generator(device=lm.device).manual_seed(params.seed)
+    pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
+    eos = None if params.ignore_eos else lm.eos_token_id
+    ids, mask, pos = left_pad(rows, pad, lm.device)
+    seqs = [list(r) for r in rows]
+    new: list[list[int]] = [[] for _ in rows]
+    done = [False] * len(rows)
+    finish = ["length"] * len(rows)
+    cache = None
+    inp, positions = ids, pos
+    start = time.perf_counter()
+    forwards = 0
+    for _ in range(max_new):
+        logits, cache = model_forward(lm.model, inp, cache, attention_mask=mask, position_ids=positions)
+        forwards += inp.numel()
+        tokens = sample(logits[:, -1].float(), params, generator, seqs)
+        for b, tok in enumerate(tokens.tolist()):
+            if done[b]:
+                continue
+            seqs[b].append(tok)
+            new[b].append(tok)
+            if eos is not None and tok == eos:
+                done[b], finish[b] = True, "stop"
+            elif params.stop and _stop_hit(lm.decode(new[b]), params.stop) is not None:
+                done[b], finish[b] = True, "stop"
+        if all(done):
+            break
+        feed = [new[b][-1] if not done[b] else pad for b in range(len(rows))]
+        inp = torch.tensor(feed, device=lm.device).unsqueeze(1)
+        mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        positions = positions[:, -1:] + 1
+    seconds = time.perf_counter() - start
+    results = []
+    for b, row in enumerate(rows):
+        out_ids = new[b][:-1] if finish[b] == "stop" and eos is not None and new[b] and new[b][-1] == eos else new[b]
+        text = lm.decode(out_ids)
+        cut = _stop_hit(text, params.stop) if params.stop else None
+        results.append(GenerationResult(prompt_ids=row, token_ids=new[b],
+                                        text=text[:cut] if cut is not None else text,
+                                        finish_reason=finish[b], token_forwards=forwards,
+                                        model_calls=0, seconds=seconds))
+    return results
+
+
+def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
+    """Token positions pushed through the model to generate ``new_tokens`` after a prompt.
+
+    With a KV cache the prompt is prefilled once and each later token costs one forward:
+    ``P + n - 1`` (the last sampled token is never fed back). Without it every step
+    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2`` (seed 001, KV cache).
+
+    Raises:
+        ValueError: ``prompt_len < 1`` or ``new_tokens < 1``.
+    """
+    if prompt_len < 1 or new_tokens < 1:
+        raise ValueError(f"prompt_len and new_tokens must be >= 1, got {prompt_len}, {new_tokens}")
+    if use_cache:
+        return prompt_len + new_tokens - 1
+    return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
+
+
+def log2_prob(logprob: float) -> float:
+    """Natural-log probability → log₂ (bits), as the beam and sampling figures show it."""
+    return logprob / math.log(2)

@@ -1,0 +1,187 @@
+"""Loading the shipped tiny GPT-2 models (or any GPT-2-family checkpoint) onto a device.
+
+``load_model("tiny-gpt2")`` needs no network: the weights and tokenizer ship in
+``assets/models/``. A Hugging Face id such as ``"gpt2"`` works when it is cached locally or
+the machine is online; offline it fails with a message naming the shipped models.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MODELS_DIR = ASSETS / "models"
+SHIPPED = {
+    "tiny-gpt2": MODELS_DIR / "tiny-gpt2",
+    "tiny-gpt2-draft": MODELS_DIR / "tiny-gpt2-draft",
+}
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and device.
+
+    Attributes:
+        model: a ``transformers`` causal LM in eval mode (GPT-2 family for the engine).
+        tokenizer: its (fast) tokenizer; ``pad_token`` is set (to EOS when the model has none).
+        device: where the weights live; every tensor the package makes follows it.
+        name: the name or path it was loaded from.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    name: str
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids) -> str:
+        """Text of a sequence of token ids."""
+        return self.tokenizer.decode(list(ids))
+
+    def token_str(self, token_id: int) -> str:
+        """One token rendered for display (spaces shown as '␣', newlines as '⏎')."""
+        return self.tokenizer.decode([int(token_id)]).replace(" ", "␣").replace("\n", "⏎")
+
+    def __iter__(self):  # allows ``model, tokenizer, device = load_model(...)``
+        return iter((self.model, self.tokenizer, self.device))
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` → cuda if available, else mps, else cpu; anything else is passed to torch.
+
+    Raises:
+        ValueError: ``device`` names a backend that is not available here.
+    """
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device must be one available here ('auto', 'cpu'), got {device!r}: "
+                         "CUDA is not available")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device must be one available here ('auto', 'cpu'), got {device!r}: "
+                         "MPS is not available")
+    return dev
+
+
+def resolve_path(name_or_path: str | os.PathLike) -> str:
+    """A shipped name → its folder; a local folder → itself; anything else is a hub id."""
+    key = str(name_or_path)
+    if key in SHIPPED:
+        path = SHIPPED[key]
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(
+                f"shipped model {key!r} is missing at {path}; restore assets/ from git or run "
+                "`python -m labsupport.train` to rebuild it")
+        return str(path)
+    return key
+
+
+def load_model(name_or_path: str | os.PathLike = "tiny-gpt2", device: str | torch.device = "auto",
+               dtype: torch.dtype | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode, on ``device``.
+
+    Args:
+        name_or_path: ``"tiny-gpt2"`` (target), ``"tiny-gpt2-draft"`` (draft), a local folder
+            saved with ``save_pretrained``, or a Hugging Face id (needs a cache or network).
+        device: ``"auto"`` (cuda > mps > cpu), ``"cpu"``, ``"cuda"``, ``"mps"`` or a
+            ``torch.device``.
+        dtype: weight dtype; default float32 (the shipped models are fp32).
+
+    Returns:
+        A :class:`LoadedModel` (also unpacks as ``model, tokenizer, device``).
+
+    Raises:
+        ValueError: unknown name offline, or an unavailable device.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = pick_device(device)
+    path = resolve_path(name_or_path)
+    local = Path(path).is_dir()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local,
+                                                     dtype=dtype or torch.float32)
+    except OSError as err:
+        raise ValueError(
+            f"name_or_path must be a shipped model {sorted(SHIPPED)}, a local folder, or a "
+            f"Hugging Face id that is cached or reachable online; got {str(name_or_path)!r} "
+            f"({err.__class__.__name__}: {str(err).splitlines()[0]})") from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(dev).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, device=dev, name=str(name_or_path))
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The name the model's ``forward`` uses for the KV cache (``cache`` in transformers 5.x)."""
+    import inspect
+
+    name = getattr(model, "_labsupport_cache_kwarg", None)
+    if name is None:
+        params = inspect.signature(model.forward).parameters
+        name = "cache" if "cache" in params else "past_key_values"
+        try:
+            model._labsupport_cache_kwarg = name
+        except AttributeError:  # pragma: no cover
+            pass
+    return name
+
+
+def model_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, *,
+                  use_cache: bool = True, attention_mask: torch.Tensor | None = None,
+                  position_ids: torch.Tensor | None = None):
+    """One forward pass; returns ``(logits, cache)``.
+
+    Args:
+        input_ids: ``(batch, new_tokens)``.
+        cache: the KV cache returned by the previous call (``None`` at prefill).
+        use_cache: return a KV cache (``False`` recomputes everything next time).
+        attention_mask: ``(batch, past + new)`` 1 for real tokens, 0 for padding.
+        position_ids: ``(batch, new_tokens)``.
+
+    Returns:
+        logits ``(batch, new_tokens, vocab)`` and the updated cache (or ``None``).
+    """
+    kwargs = {"use_cache": use_cache}
+    if cache is not None:
+        kwargs[_cache_kwarg(model)] = cache
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+    if position_ids is not None:
+        kwargs["position_ids"] = position_ids
+    out = model(input_ids, **kwargs)
+    new_cache = getattr(out, "cache", None)
+    if new_cache is None:
+        new_cache = getattr(out, "past_key_values", None)
+    return out.logits, (new_cache if use_cache else None)
+
+
+def max_positions(model: torch.nn.Module) -> int:
+    """Longest sequence (tokens) the model's position embeddings allow."""
+    cfg = model.config
+    return int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", 2 ** 31 - 1))

@@ -1,0 +1,1 @@
+"""Fast pure-Python simulators used where the real engine is too slow for a slider."""

@@ -1,0 +1,311 @@
+"""Reproduce the shipped tiny GPT-2 models: ``python -m labsupport.train``.
+
+The corpus is English text that every machine with Python already has: the docstrings and
+comment blocks of Python's own standard library plus the ``pydoc_data`` help topics
+(PSF licence). Paragraphs are re-flowed onto one line and whitespace is collapsed, so
+greedy decoding repeats *words* (a useful lesson) instead of collapsing into runs of
+spaces. Documents are joined with ``<|endoftext|>``.
+
+Steps (each seeded):
+
+1. build the corpus (``build_corpus``), split 97 % / 3 % by document;
+2. train a byte-level BPE tokenizer (Hugging Face ``tokenizers``, vocabulary 4,096);
+3. train the target GPT-2 and the smaller draft GPT-2 on the same token stream;
+4. save both with ``save_pretrained`` (safetensors) plus the shared tokenizer under
+   ``assets/models/{tiny-gpt2,tiny-gpt2-draft}`` and write ``train_stats.json`` (numbers for
+   the model card).
+
+``--smoke`` runs a few steps into a temporary folder (used by CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import random
+import re
+import sys
+import sysconfig
+import textwrap
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+EOT = "<|endoftext|>"
+SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo",
+             "ensurepip", "tkinter", "__pycache__", "dist-packages", "config-3"}
+
+
+# ----------------------------------------------------------------------------- corpus
+
+def _clean(text: str) -> str | None:
+    """Dedent, re-flow each paragraph onto one line, drop paragraphs that are mostly symbols."""
+    text = textwrap.dedent(text).strip()
+    paragraphs = []
+    for para in re.split(r"\n\s*\n", text):
+        line = " ".join(para.split())
+        if not line:
+            continue
+        letters = sum(ch.isalpha() for ch in line)
+        if letters < 0.6 * len(line) or len(line) < 20:
+            continue
+        paragraphs.append(line)
+    if not paragraphs:
+        return None
+    return "\n\n".join(paragraphs)
+
+
+def _comment_blocks(source: str) -> list[str]:
+    """Runs of two or more consecutive ``#`` comment lines, joined."""
+    blocks, current = [], []
+    for raw in source.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#") and not stripped.startswith("#!"):
+            current.append(stripped.lstrip("#").strip())
+        else:
+            if len(current) >= 2:
+                blocks.append("\n".join(current))
+            current = []
+    if len(current) >= 2:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def build_corpus(stdlib: Path | None = None) -> list[str]:
+    """Documents (str) from the standard library of the running Python, in a fixed order.
+
+    Returns:
+        A list of cleaned documents; each is one docstring, comment block or help topic.
+    """
+    stdlib = Path(stdlib or sysconfig.get_paths()["stdlib"])
+    docs: list[str] = []
+    for path in sorted(stdlib.rglob("*.py")):
+        rel = path.relative_to(stdlib)
+        if any(part in SKIP_DIRS or part.startswith("test") for part in rel.parts[:-1]):
+            continue
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=True)
+                if doc and len(doc) > 40:
+                    docs.append(doc)
+        docs.extend(_comment_blocks(source))
+    try:
+        from pydoc_data.topics import topics
+        docs.extend(topics[k] for k in sorted(topics))
+    except ImportError:  # pragma: no cover - some distributions strip pydoc_data
+        pass
+    cleaned = [c for c in (_clean(d) for d in docs) if c]
+    return list(dict.fromkeys(cleaned))  # drop exact duplicates, keep order
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+def train_tokenizer(docs: list[str], vocab_size: int = 4096):
+    """Byte-level BPE (GPT-2 style) wrapped as a ``PreTrainedTokenizerFast``."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(docs, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT],
+                            show_progress=False)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=EOT, eos_token=EOT,
+                                  unk_token=EOT, model_max_length=1024)
+    return tok
+
+
+# ----------------------------------------------------------------------------- training
+
+@dataclass
+class RunConfig:
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    steps: int
+    batch_size: int = 16
+    seq_len: int = 256
+    lr: float = 2e-3
+    warmup: int = 100
+    n_positions: int = 1024
+
+
+def _lr_at(step: int, cfg: RunConfig) -> float:
+    """Linear warm-up, then cosine decay to 10 % of the peak."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+@torch.no_grad()
+def evaluate(model, data: torch.Tensor, seq_len: int, max_batches: int = 40) -> float:
+    """Validation perplexity (per token, natural log base) over non-overlapping windows."""
+    model.eval()
+    n = (len(data) - 1) // seq_len
+    windows = torch.stack([data[i * seq_len:(i + 1) * seq_len + 1] for i in range(n)])[: max_batches * 16]
+    total, count = 0.0, 0
+    for chunk in windows.split(16):
+        out = model(chunk[:, :-1], labels=chunk[:, :-1].clone())
+        # labels shifted inside HF: loss over seq_len-1 predictions
+        total += out.loss.item() * chunk.shape[0] * (seq_len - 1)
+        count += chunk.shape[0] * (seq_len - 1)
+    model.train()
+    return math.exp(total / count)
+
+
+def train_model(cfg: RunConfig, train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int,
+                eos_id: int, seed: int):
+    """Train one GPT2LMHeadModel; returns (model, stats dict)."""
+    from tqdm.auto import tqdm
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab_size, n_positions=cfg.n_positions, n_embd=cfg.n_embd,
+                        n_layer=cfg.n_layer, n_head=cfg.n_head, bos_token_id=eos_id,
+                        eos_token_id=eos_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc=cfg.name, mininterval=5)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        idx = torch.randint(0, len(train_ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
+        batch = torch.stack([train_ids[i:i + cfg.seq_len] for i in idx.tolist()])
+        loss = model(batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    seconds = time.perf_counter() - start
+    model.eval()
+    stats = {**asdict(cfg), "seed": seed, "seconds": round(seconds, 1),
+             "parameters": sum(p.numel() for p in model.parameters()),
+             "val_perplexity": round(evaluate(model, val_ids, cfg.seq_len), 2)}
+    return model, stats
+
+
+@torch.no_grad()
+def greedy_agreement(target, draft, val_ids: torch.Tensor, n_prompts: int = 20,
+                     prefix_len: int = 16, new_tokens: int = 32, seed: int = 0) -> float:
+    """Fraction of positions where the draft's argmax equals the target's greedy token.
+
+    For each of ``n_prompts`` held-out prefixes the target decodes ``new_tokens`` greedily;
+    the draft is teacher-forced on that same text and scored on argmax match per position.
+    This is the acceptance rate α of greedy speculative decoding (Leviathan et al., 2023).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(val_ids) - prefix_len - 1, (n_prompts,), generator=gen).tolist()
+    match = total = 0
+    for s in starts:
+        prompt = val_ids[s:s + prefix_len].unsqueeze(0)
+        out = target.generate(prompt, max_new_tokens=new_tokens, do_sample=False,
+                              pad_token_id=target.config.eos_token_id)
+        n_new = out.shape[1] - prefix_len
+        t_pred = target(out).logits[0, prefix_len - 1:prefix_len - 1 + n_new].argmax(-1)
+        d_pred = draft(out).logits[0, prefix_len - 1:prefix_len - 1 + n_new].argmax(-1)
+        match += int((t_pred == d_pred).sum())
+        total += n_new
+    return match / total
+
+
+CARD_PROMPTS = ["Return the", "If the value is", "This module provides", "The default is",
+                "Raise ValueError if"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--target-steps", type=int, default=900)
+    parser.add_argument("--draft-steps", type=int, default=1200)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus, for CI")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    t0 = time.perf_counter()
+    docs = build_corpus()
+    if args.smoke:
+        docs = docs[:400]
+        args.target_steps, args.draft_steps = 3, 3
+    rng = random.Random(args.seed)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    n_val = max(1, int(0.03 * len(docs)))
+    val_docs = [docs[i] for i in order[:n_val]]
+    train_docs = [docs[i] for i in order[n_val:]]
+    tok = train_tokenizer(train_docs, vocab_size=512 if args.smoke else 4096)
+    eos = tok.eos_token_id
+
+    def encode(ds: list[str]) -> torch.Tensor:
+        ids: list[int] = []
+        for d in ds:
+            ids.extend(tok(d)["input_ids"])
+            ids.append(eos)
+        return torch.tensor(ids, dtype=torch.long)
+
+    train_ids, val_ids = encode(train_docs), encode(val_docs)
+    corpus_chars = sum(len(d) for d in docs)
+    print(f"corpus: {len(docs)} documents, {corpus_chars / 1e6:.2f} M characters, "
+          f"{len(train_ids) + len(val_ids)} tokens ({corpus_chars / (len(train_ids) + len(val_ids)):.2f} chars/token)")
+
+    runs = [RunConfig("tiny-gpt2", n_layer=4, n_embd=256, n_head=4, steps=args.target_steps),
+            RunConfig("tiny-gpt2-draft", n_layer=2, n_embd=128, n_head=2, steps=args.draft_steps)]
+    if args.smoke:
+        runs = [RunConfig(r.name, r.n_layer, 64, 2, r.steps, batch_size=2, seq_len=32, warmup=1)
+                for r in runs]
+    models, stats = {}, {}
+    for i, cfg in enumerate(runs):
+        model, st = train_model(cfg, train_ids, val_ids, len(tok), eos, args.seed + i)
+        models[cfg.name], stats[cfg.name] = model, st
+        print(f"{cfg.name}: {st['parameters'] / 1e6:.2f} M parameters, {st['seconds']:.0f} s, "
+              f"validation perplexity {st['val_perplexity']}")
+
+    target, draft = models["tiny-gpt2"], models["tiny-gpt2-draft"]
+    alpha = greedy_agreement(target, draft, val_ids, n_prompts=4 if args.smoke else 20)
+    samples = {}
+    for p in CARD_PROMPTS:
+        ids = tok(p, return_tensors="pt")["input_ids"]
+        out = target.generate(ids, max_new_tokens=24, do_sample=False, pad_token_id=eos)
+        samples[p] = tok.decode(out[0, ids.shape[1]:])
+    summary = {"python": sys.version.split()[0], "torch": torch.__version__,
+               "documents": len(docs), "characters": corpus_chars,
+               "train_tokens": len(train_ids), "val_tokens": len(val_ids),
+               "vocab_size": len(tok), "greedy_agreement": round(alpha, 3),
+               "greedy_samples": samples, "models": stats,
+               "total_seconds": round(time.perf_counter() - t0, 1),
+               "command": "python -m labsupport.train " + " ".join(argv if argv is not None else sys.argv[1:])}
+    out_dir = args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, model in models.items():
+        model.generation_config.pad_token_id = eos
+        model.save_pretrained(out_dir / name, safe_serialization=True)
+        tok.save_pretrained(out_dir / name)
+    (out_dir / "train_stats.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    print(f"draft/target greedy agreement α = {alpha:.3f}")
+    for p, s in samples.items():
+        print(f"  {p!r} → {s!r}")
+    print(f"saved to {out_dir} in {summary['total_seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

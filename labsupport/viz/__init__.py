@@ -1,0 +1,1 @@
+"""Plotly figure builders: pure functions ``data → go.Figure``, no widgets inside."""

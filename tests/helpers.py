@@ -1,0 +1,51 @@
+"""Test helpers: small random GPT-2 models that load in milliseconds, fully offline."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from labsupport.models import SHIPPED, LoadedModel
+
+_FALLBACK_TEXT = (
+    "Return the number of items in the list. If the value is not given, the default is used. "
+    "This module provides functions for working with files and directories. Raise ValueError "
+    "if the argument is negative. Hello, my dog is a little dog and it is a good dog. "
+) * 20
+
+
+@lru_cache(maxsize=1)
+def shipped_tokenizer():
+    """The shipped byte-level BPE tokenizer (or, before the assets exist, a small stand-in)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = SHIPPED["tiny-gpt2"]
+    if (path / "tokenizer.json").exists():
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    else:  # pragma: no cover - only while the models are being (re)built
+        from tokenizers import ByteLevelBPETokenizer
+
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator([_FALLBACK_TEXT], vocab_size=300, special_tokens=["<|endoftext|>"],
+                                show_progress=False)
+        tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                      bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def make_tiny_lm(seed: int = 0, n_layer: int = 2, n_head: int = 2, n_embd: int = 64,
+                 n_positions: int = 64) -> LoadedModel:
+    """A random ``GPT2LMHeadModel`` (fp32, CPU, eval) with the shipped tokenizer (cases' "tiny GPT-2")."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = shipped_tokenizer()
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=len(tok), n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                     n_positions=n_positions, bos_token_id=tok.eos_token_id,
+                     eos_token_id=tok.eos_token_id)
+    model = GPT2LMHeadModel(cfg).eval()
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return LoadedModel(model=model, tokenizer=tok, device=torch.device("cpu"), name=f"random-{seed}")
