@@ -297,3 +297,34 @@ def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
 def log2_prob(logprob: float) -> float:
     """Natural-log probability → log₂ (bits), as the beam and sampling figures show it."""
     return logprob / math.log(2)
+
+
+def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int] | None:
+    """Detect the repetition loop that greedy decoding falls into (seed 001 §3, "greedy").
+
+    Looks for the shortest period ``p`` such that the sequence *ends* with a stretch where
+    ``ids[j] == ids[j - p]`` that is at least ``min_repeats · p`` tokens long.
+
+    Args:
+        token_ids: a token sequence, e.g. ``GenerationResult.token_ids``.
+        min_repeats: how many copies of the repeating block count as a loop (≥ 2).
+
+    Returns:
+        ``(start, period)``: the index where the periodic tail starts and its period in
+        tokens, or ``None`` when the sequence does not end in a loop.
+
+    Raises:
+        ValueError: ``min_repeats`` is not an integer ≥ 2.
+    """
+    if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 2:
+        raise ValueError(f"min_repeats must be an integer >= 2, got {min_repeats!r}")
+    ids = [int(i) for i in token_ids]
+    n = len(ids)
+    for period in range(1, n // min_repeats + 1):
+        j = n - 1
+        while j - period >= 0 and ids[j] == ids[j - period]:
+            j -= 1
+        start = j + 1 - period                      # ids[start:] has period `period`
+        if n - start >= min_repeats * period:
+            return start, period
+    return None

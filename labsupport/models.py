@@ -175,6 +175,8 @@ def model_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, *
     if position_ids is not None:
         kwargs["position_ids"] = position_ids
     out = model(input_ids, **kwargs)
+    if not use_cache:  # don't touch out.past_key_values: transformers 5 logs a deprecation warning
+        return out.logits, None
     new_cache = getattr(out, "cache", None)
     if new_cache is None:
         new_cache = getattr(out, "past_key_values", None)

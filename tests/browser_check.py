@@ -1,0 +1,163 @@
+"""Open chapters in real JupyterLab in headless Chromium, run all cells, move every slider.
+
+    python3 tests/browser_check.py chapters/01_sampling.ipynb [...] --out /tmp/shots
+
+Needs Debian's ``chromium`` (``apt-get install chromium``) and the Python package
+``playwright`` in the interpreter that runs this script (never ``playwright install``: the
+system Chromium is used). JupyterLab is started from ``.venv`` on a free loopback port.
+
+For each notebook it saves, under ``--out/<notebook stem>/``:
+  ``00_after_run_all.png``          the whole page after "Run All Cells";
+  ``cell_NN.png``                   every cell holding a widget panel or a plotly figure;
+  ``cell_NN_slider_K.png``          the cell after moving its K-th slider (keyboard: End / Home);
+  ``cell_NN_button_K.png``          the cell after clicking its K-th button;
+and prints a summary: cells with a Python traceback, panels that did not redraw after a
+slider moved (screenshots compared byte-for-byte), browser console errors. Exit code 1 when
+a traceback or a console error was found.
+
+This is a maintainer's check, not part of ``make test`` (CI has no browser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_lab(port: int) -> subprocess.Popen:
+    jupyter = ROOT / ".venv" / "bin" / "jupyter"
+    cmd = [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
+           "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
+           f"--ServerApp.root_dir={ROOT}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    log = open(f"/tmp/browser_check_lab_{port}.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2)
+            return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"JupyterLab did not start; see /tmp/browser_check_lab_{port}.log")
+
+
+def wait_idle(page, timeout_s: float) -> bool:
+    """Wait until no cell shows the busy prompt ``[*]``."""
+    deadline = time.time() + timeout_s
+    time.sleep(2)
+    while time.time() < deadline:
+        busy = page.evaluate("""() => Array.from(document.querySelectorAll('.jp-InputPrompt'))
+                                 .filter(e => e.textContent.includes('[*]')).length""")
+        if busy == 0:
+            return True
+        time.sleep(1)
+    return False
+
+
+def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "sliders": 0, "buttons": 0}
+    page.goto(f"http://127.0.0.1:{port}/lab/tree/{nb}", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar", timeout=60_000)
+    time.sleep(3)
+    page.click("li.lm-MenuBar-item:has-text('Run')")
+    page.click(".lm-Menu-item:has-text('Run All Cells')")
+    started = time.time()
+    finished = wait_idle(page, run_timeout)
+    report["run_all_seconds"] = round(time.time() - started, 1)
+    report["finished"] = finished
+    time.sleep(2)
+    page.screenshot(path=str(out / "00_after_run_all.png"), full_page=False)
+    cells = page.query_selector_all(".jp-Notebook .jp-Cell")
+    for i, cell in enumerate(cells):
+        text = cell.inner_text()
+        if "Traceback" in text or "Error:" in text and cell.query_selector("[data-mime-type*='stderr']"):
+            report["tracebacks"].append({"cell": i, "text": text[-800:]})
+        has_panel = cell.query_selector(".widget-slider, .js-plotly-plot, .jupyter-widgets, .widget-button")
+        if not has_panel:
+            continue
+        cell.scroll_into_view_if_needed()
+        time.sleep(0.5)
+        base = out / f"cell_{i:02d}.png"
+        cell.screenshot(path=str(base))
+        handles = cell.query_selector_all(".widget-slider .noUi-handle")
+        for k, handle in enumerate(handles):
+            report["sliders"] += 1
+            before = cell.screenshot()
+            handle.focus()
+            handle.press("End" if k % 2 == 0 else "Home")
+            time.sleep(2.5)
+            wait_idle(page, 60)
+            shot = out / f"cell_{i:02d}_slider_{k}.png"
+            after = cell.screenshot(path=str(shot))
+            if after == before:
+                report["no_redraw"].append(f"cell {i} slider {k}")
+        for k, button in enumerate(cell.query_selector_all("button.jupyter-button, .widget-button")):
+            report["buttons"] += 1
+            try:
+                button.click(timeout=5000)
+            except Exception as err:  # noqa: BLE001 - report and go on
+                report["tracebacks"].append({"cell": i, "text": f"button {k} not clickable: {err}"})
+                continue
+            time.sleep(3)
+            wait_idle(page, 120)
+            cell.screenshot(path=str(out / f"cell_{i:02d}_button_{k}.png"))
+        text = cell.inner_text()
+        if "Traceback" in text:
+            report["tracebacks"].append({"cell": i, "text": text[-800:], "after": "interaction"})
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", help="paths relative to the repo root, e.g. chapters/01_sampling.ipynb")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/browser_check"))
+    parser.add_argument("--run-timeout", type=float, default=240.0)
+    parser.add_argument("--width", type=int, default=1400)
+    parser.add_argument("--height", type=int, default=1000)
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    lab = start_lab(port)
+    reports, console_errors = [], []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": args.width, "height": args.height})
+            page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+            for nb in args.notebooks:
+                rel = os.path.relpath(Path(nb).resolve(), ROOT)
+                reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout))
+                # close the kernel so the next notebook starts clean
+                page.keyboard.press("Control+Shift+Q") if False else None
+            browser.close()
+    finally:
+        os.killpg(lab.pid, 15)
+    ignored = ("favicon", "Failed to load resource", "net::ERR")
+    console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
+    print(json.dumps({"reports": reports, "console_errors": console_errors[:20]}, indent=2))
+    bad = any(r["tracebacks"] or not r["finished"] for r in reports) or bool(console_errors)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
