@@ -34,7 +34,7 @@ def lab_extensions() -> dict[str, bool]:
                               "anywidget": False}
     try:
         out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, check=False)
         text = out.stdout + out.stderr
     except (OSError, subprocess.TimeoutExpired):
         text = ""

@@ -46,7 +46,7 @@ def start_lab(port: int) -> subprocess.Popen:
     cmd = [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
            f"--ServerApp.root_dir={ROOT}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    log = open(f"/tmp/browser_check_lab_{port}.log", "w")
+    log = open(f"/tmp/browser_check_lab_{port}.log", "w")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     for _ in range(120):
         try:

@@ -8,7 +8,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 torch.set_num_threads(int(os.environ.get("LABSUPPORT_TEST_THREADS", "2")))
 
-from helpers import make_tiny_lm  # noqa: E402
+from helpers import make_tiny_lm
 
 
 @pytest.fixture(scope="session")

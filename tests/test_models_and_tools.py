@@ -34,7 +34,7 @@ def test_shipped_models_load_offline_and_share_a_tokenizer(monkeypatch):
     assert target.model.config.vocab_size == draft.model.config.vocab_size == len(target.tokenizer)
     assert target.tokenizer.get_vocab() == draft.tokenizer.get_vocab()
     assert target.device.type == "cpu" and target.dtype == torch.float32
-    model, tok, dev = target          # unpacks like a tuple
+    model, _tokenizer, dev = target   # unpacks like a tuple
     assert model is target.model and dev == target.device
     n_target = sum(p.numel() for p in target.model.parameters())
     n_draft = sum(p.numel() for p in draft.model.parameters())
