@@ -6,7 +6,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-torch.set_num_threads(int(os.environ.get("LABSUPPORT_TEST_THREADS", "2")))
+torch.set_num_threads(int(os.environ.get("LABSUPPORT_TEST_THREADS", "1")))
 
 from helpers import make_tiny_lm
 

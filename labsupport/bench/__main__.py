@@ -1,0 +1,54 @@
+"""``python -m labsupport.bench NAME [args]``: run one benchmark (or ``all``).
+
+Each NAME maps to a module ``labsupport.bench.<module>`` with ``main(argv) -> int``:
+``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``.
+``all`` runs every one that exists, with default arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import BENCHMARKS
+
+
+def _load(name: str):
+    module = f"{__package__}.{BENCHMARKS[name]}"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name != module:
+            raise
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labsupport.bench",
+                                     description="Run a benchmark of the course and print its table.")
+    parser.add_argument("name", choices=[*BENCHMARKS, "all"], help="which benchmark")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="arguments for that benchmark (see NAME --help); 'all' uses each one's defaults")
+    ns = parser.parse_args(argv)
+    if ns.name != "all":
+        module = _load(ns.name)
+        if module is None:
+            print(f"benchmark {ns.name!r} is not available: module labsupport.bench.{BENCHMARKS[ns.name]} "
+                  "does not exist in this checkout", file=sys.stderr)
+            return 2
+        return int(module.main(ns.args) or 0)
+    status = 0
+    for name in BENCHMARKS:
+        module = _load(name)
+        if module is None:
+            print(f"== {name}: skipped (labsupport.bench.{BENCHMARKS[name]} does not exist)\n")
+            continue
+        print(f"== {name}")
+        status = max(status, int(module.main([]) or 0))
+        print()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

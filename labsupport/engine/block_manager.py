@@ -1,0 +1,553 @@
+"""The block manager: bookkeeping of a paged KV cache (PagedAttention, Kwon et al., 2023).
+
+The KV cache is cut into ``num_blocks`` physical *blocks* of ``block_size`` token *slots*
+each (seed 000 §5.3.14). A sequence does not own one contiguous region; it owns a *block
+table*, a list that maps its logical block ``i`` (tokens ``i·bs … i·bs+bs-1``) to a physical
+block anywhere in the pool. A token at position ``p`` lives in slot::
+
+    slot = block_table[p // block_size] * block_size + p % block_size      (the slot mapping)
+
+so a sequence wastes at most ``block_size - 1`` slots, in its last block.
+
+Blocks are *ref-counted*. ``fork`` gives a child the parent's block table (every ref count
++1); the first write into a shared block copies it first (*copy-on-write*, seed 000 §5.3.15).
+With *prefix caching* a full block is registered under a hash chained on its parent block's
+hash and its own token ids; a later prompt that starts with the same blocks reuses them
+instead of recomputing (the hit is confirmed by comparing the stored token ids, so a hash
+collision is a miss, never wrong data). A registered block whose ref count falls to 0 stays
+*cached*: evictable, in LRU order, and its hash entry is removed when it is evicted.
+
+Every physical block is always in exactly one state::
+
+    free     ref 0, not registered        (in ``_free``)
+    cached   ref 0, registered, evictable (in ``_evictable``, oldest first)
+    used     ref ≥ 1                      (in one or more block tables)
+
+This module is pure Python bookkeeping: no tensors. The KV tensors live in the model runner's
+cache ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``; the calls that move
+data (copy-on-write, swap) return the block pairs the runner must copy.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+
+class NoFreeBlocksError(RuntimeError):
+    """The pool has no free or evictable block left (check ``can_allocate`` / ``can_append`` first)."""
+
+
+def block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
+    """Prefix-cache key of a full block: ``hash((parent_hash, tuple(token_ids)))``.
+
+    Chaining on the parent's hash makes the key depend on *every* token before the block,
+    so the same four tokens after two different prefixes get two different keys (case C13).
+    Python's hash of a tuple of ints is deterministic (no per-process salt).
+    """
+    return hash((parent_hash, tuple(int(t) for t in token_ids)))
+
+
+@dataclass
+class Block:
+    """One physical block (GPU pool or CPU swap space).
+
+    Attributes:
+        block_id: its index in the pool.
+        ref_count: how many block tables hold it.
+        token_ids: the token ids written into its slots so far (at most ``block_size``).
+        hash: its prefix-cache key while registered, else ``None``.
+        parent_hash: the chain hash of the block before it (confirms a hit).
+    """
+
+    block_id: int
+    ref_count: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    hash: int | None = None
+    parent_hash: int | None = None
+
+    def reset(self) -> None:
+        self.ref_count = 0
+        self.token_ids = []
+        self.hash = None
+        self.parent_hash = None
+
+
+SeqId = Hashable
+Slot = tuple[int, int, "int | None"]          # (physical block, offset in it, copied_from or None)
+
+
+class BlockManager:
+    """A pool of KV blocks with per-sequence block tables, ref counts, copy-on-write,
+    prefix caching (LRU eviction) and swap space.
+
+    Args:
+        num_blocks: physical blocks in the (GPU) pool, ≥ 1.
+        block_size: token slots per block, ≥ 1.
+        enable_prefix_caching: register full, computed blocks and reuse them across prompts.
+        num_cpu_blocks: blocks of CPU swap space (for preemption by swap), ≥ 0.
+        hash_fn: ``(parent_hash, token_ids) -> int``; replaceable so a test can force collisions.
+
+    Raises:
+        ValueError: a size outside its range.
+
+    The usual life of a sequence: ``allocate(seq, prompt)`` → the runner computes the prompt →
+    ``mark_computed(seq, n)`` → per decode step ``append_slot(seq, token)`` → … → ``free(seq)``.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
+                 num_cpu_blocks: int = 0, hash_fn: Callable[[int | None, Sequence[int]], int] = block_hash):
+        for name, value, low in (("num_blocks", num_blocks, 1), ("block_size", block_size, 1),
+                                 ("num_cpu_blocks", num_cpu_blocks, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.num_cpu_blocks = num_cpu_blocks
+        self.hash_fn = hash_fn
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self._free: deque[int] = deque(range(num_blocks))
+        self._evictable: OrderedDict[int, None] = OrderedDict()    # LRU order: oldest first
+        self._cached: dict[int, int] = {}                           # hash -> physical block id
+        self.cpu_blocks = [Block(i) for i in range(num_cpu_blocks)]
+        self._cpu_free: deque[int] = deque(range(num_cpu_blocks))
+        self._tables: dict[SeqId, list[int]] = {}                   # seq -> physical block ids
+        self._num_tokens: dict[SeqId, int] = {}                     # seq -> tokens with a slot
+        self._chain: dict[SeqId, list[int]] = {}                    # seq -> hashes of its computed full blocks
+        self._swapped: set[SeqId] = set()                           # seqs whose table is in CPU blocks
+        self.num_evictions = 0
+        self.num_prefix_hits = 0                                    # blocks reused from the cache (total)
+
+    # ------------------------------------------------------------------ pool state
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks with ref count 0 that hold nothing cached."""
+        return len(self._free)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks with ref count 0 that still hold a cached prefix (evictable, LRU)."""
+        return len(self._evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks with ref count ≥ 1 (counted from the blocks themselves)."""
+        return sum(1 for b in self.blocks if b.ref_count > 0)
+
+    @property
+    def num_available_blocks(self) -> int:
+        """Blocks an allocation may take: free + cached (a cached block is evicted on demand)."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return len(self._cpu_free)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        """``ceil(num_tokens / block_size)``: blocks that hold ``num_tokens`` slots."""
+        return -(-int(num_tokens) // self.block_size)
+
+    # ------------------------------------------------------------------ sequences
+    def has_seq(self, seq_id: SeqId) -> bool:
+        return seq_id in self._tables
+
+    def is_swapped(self, seq_id: SeqId) -> bool:
+        return seq_id in self._swapped
+
+    def block_table(self, seq_id: SeqId) -> list[int]:
+        """The sequence's physical block ids, logical block 0 first (a copy)."""
+        return list(self._table(seq_id))
+
+    def block_tables(self) -> dict[SeqId, list[int]]:
+        """Every resident (not swapped) sequence's block table."""
+        return {s: list(t) for s, t in self._tables.items() if s not in self._swapped}
+
+    def num_tokens(self, seq_id: SeqId) -> int:
+        """Tokens of the sequence that have a slot."""
+        self._table(seq_id)
+        return self._num_tokens[seq_id]
+
+    def ref_count(self, block_id: int) -> int:
+        return self.blocks[block_id].ref_count
+
+    def ref_counts(self) -> list[int]:
+        """Ref count of every physical block, by block id."""
+        return [b.ref_count for b in self.blocks]
+
+    def slot_mapping(self, seq_id: SeqId, positions: Sequence[int]) -> list[int]:
+        """Flat slot index of each position: ``block_table[p // bs] * bs + p % bs``.
+
+        Raises:
+            ValueError: a position the sequence has no slot for.
+        """
+        table, bs, n = self._table(seq_id), self.block_size, self._num_tokens[seq_id]
+        out = []
+        for p in positions:
+            if not 0 <= p < n:
+                raise ValueError(f"positions must be in [0, {n}) for sequence {seq_id!r}, got {p}")
+            out.append(table[p // bs] * bs + p % bs)
+        return out
+
+    def _table(self, seq_id: SeqId) -> list[int]:
+        try:
+            return self._tables[seq_id]
+        except KeyError:
+            raise ValueError(f"seq_id {seq_id!r} has no blocks (never allocated or already freed)") from None
+
+    # ------------------------------------------------------------------ taking / releasing blocks
+    def _take_block(self) -> Block:
+        """A block for new data: a free one, else evict the least recently used cached one."""
+        if self._free:
+            block = self.blocks[self._free.popleft()]
+        elif self._evictable:
+            block_id, _ = self._evictable.popitem(last=False)
+            block = self.blocks[block_id]
+            if self._cached.get(block.hash) == block_id:
+                del self._cached[block.hash]                    # evicted data can never be hit again
+            block.reset()
+            self.num_evictions += 1
+        else:
+            raise NoFreeBlocksError(f"no free block left in a pool of {self.num_blocks}")
+        block.ref_count = 1
+        return block
+
+    def _release(self, block_id: int) -> None:
+        """Drop one reference; at 0 the block becomes cached (if registered) or free."""
+        block = self.blocks[block_id]
+        block.ref_count -= 1
+        if block.ref_count > 0:
+            return
+        if block.hash is not None:
+            self._evictable[block_id] = None                    # most recently used at the end
+        else:
+            block.reset()
+            self._free.append(block_id)
+
+    def _unregister(self, block: Block) -> None:
+        if block.hash is not None and self._cached.get(block.hash) == block.block_id:
+            del self._cached[block.hash]
+        block.hash = block.parent_hash = None
+
+    # ------------------------------------------------------------------ prefix cache
+    def _match_prefix(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
+        """``(hash, block_id)`` of the cached full blocks this prompt starts with.
+
+        Only blocks that end before the prompt's last token count, so at least one token is
+        always left to compute (its logits give the next token). A hash hit is confirmed by
+        the stored token ids and parent hash; a mismatch is a miss and ends the match.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        hits, parent, bs = [], None, self.block_size
+        for i in range((len(token_ids) - 1) // bs):
+            ids = [int(t) for t in token_ids[i * bs:(i + 1) * bs]]
+            h = self.hash_fn(parent, ids)
+            block_id = self._cached.get(h)
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            if block.token_ids != ids or block.parent_hash != parent:
+                break                                           # hash collision: a miss
+            hits.append((h, block_id))
+            parent = h
+        return hits
+
+    def num_cached_prefix_tokens(self, token_ids: Sequence[int]) -> int:
+        """Tokens of ``token_ids`` a prefix-cache hit would skip (multiple of ``block_size``)."""
+        return len(self._match_prefix(token_ids)) * self.block_size
+
+    def mark_computed(self, seq_id: SeqId, num_computed_tokens: int) -> None:
+        """Tell the manager the KV of the first ``num_computed_tokens`` tokens is written.
+
+        With prefix caching, every full block inside that range is registered under its chain
+        hash (unless an identical block is already registered). Registering only computed
+        blocks means a hit never reads KV that has not been written yet. No-op otherwise.
+        """
+        if not self.enable_prefix_caching or seq_id in self._swapped:
+            return
+        table, chain, bs = self._table(seq_id), self._chain[seq_id], self.block_size
+        full = min(int(num_computed_tokens), self._num_tokens[seq_id]) // bs
+        for i in range(len(chain), full):
+            block = self.blocks[table[i]]
+            parent = chain[-1] if chain else None
+            h = self.hash_fn(parent, block.token_ids[:bs])
+            chain.append(h)
+            if block.hash is None and h not in self._cached:
+                block.hash, block.parent_hash = h, parent
+                self._cached[h] = block.block_id
+
+    # ------------------------------------------------------------------ allocation
+    def can_allocate(self, tokens: int | Sequence[int]) -> bool:
+        """Whether a new sequence of ``tokens`` (a count, or the ids to use prefix hits) fits now.
+
+        A prefix hit on a block another sequence holds costs nothing; a hit on a cached
+        block takes it out of the evictable set, like a new block.
+        """
+        if isinstance(tokens, int):
+            return self.blocks_needed(tokens) <= self.num_available_blocks
+        hits = self._match_prefix(tokens)
+        shared = sum(1 for _, b in hits if self.blocks[b].ref_count > 0)
+        return self.blocks_needed(len(tokens)) - shared <= self.num_available_blocks
+
+    def allocate(self, seq_id: SeqId, token_ids: Sequence[int]) -> int:
+        """Give a new sequence slots for ``token_ids`` (its prompt, or prompt + output on recompute).
+
+        Returns:
+            tokens whose KV is already in the cache (prefix hits; a multiple of ``block_size``,
+            always < ``len(token_ids)``); the caller computes only the rest.
+
+        Raises:
+            ValueError: ``seq_id`` already has blocks, or ``token_ids`` is empty.
+            NoFreeBlocksError: not enough blocks (check :meth:`can_allocate` first); nothing changes.
+        """
+        if seq_id in self._tables:
+            raise ValueError(f"seq_id {seq_id!r} already has blocks; free it or use another id")
+        if len(token_ids) == 0:
+            raise ValueError("token_ids must hold at least one token, got none")
+        if not self.can_allocate(list(token_ids)):
+            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {self.blocks_needed(len(token_ids))} blocks, "
+                                    f"{self.num_available_blocks} available")
+        hits = self._match_prefix(token_ids)
+        table: list[int] = []
+        for _, block_id in hits:                                # take the hits before evicting anything
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self._evictable[block_id]
+            block.ref_count += 1
+            table.append(block_id)
+        self.num_prefix_hits += len(hits)
+        bs = self.block_size
+        for i in range(len(hits), self.blocks_needed(len(token_ids))):
+            block = self._take_block()
+            block.token_ids = [int(t) for t in token_ids[i * bs:(i + 1) * bs]]
+            table.append(block.block_id)
+        self._tables[seq_id] = table
+        self._num_tokens[seq_id] = len(token_ids)
+        self._chain[seq_id] = [h for h, _ in hits]
+        return len(hits) * bs
+
+    def can_append(self, seq_id: SeqId, num_tokens: int = 1) -> bool:
+        """Whether ``num_tokens`` more slots (with a copy-on-write if the last block is shared) fit now."""
+        return self._blocks_to_append(seq_id, num_tokens) <= self.num_available_blocks
+
+    def _blocks_to_append(self, seq_id: SeqId, num_tokens: int) -> int:
+        table, n, bs = self._table(seq_id), self._num_tokens[seq_id], self.block_size
+        new = self.blocks_needed(n + num_tokens) - len(table)
+        if n % bs and self.blocks[table[-1]].ref_count > 1 and num_tokens > 0:
+            new += 1                                            # copy of the shared last block
+        return new
+
+    def append_slot(self, seq_id: SeqId, token_id: int) -> Slot:
+        """Give the sequence's next token a slot.
+
+        Returns:
+            ``(physical_block, offset, copied_from)``: the slot is ``physical_block·bs + offset``;
+            ``copied_from`` is the shared block whose contents the runner must copy into
+            ``physical_block`` first (copy-on-write), else ``None``.
+
+        Raises:
+            ValueError: unknown or swapped-out sequence.
+            NoFreeBlocksError: a new block is needed and none is available (check :meth:`can_append`).
+        """
+        if seq_id in self._swapped:
+            raise ValueError(f"sequence {seq_id!r} is swapped out; swap_in first")
+        table, n, bs = self._table(seq_id), self._num_tokens[seq_id], self.block_size
+        offset, copied_from = n % bs, None
+        if offset == 0:                                         # last block full (or none yet)
+            table.append(self._take_block().block_id)
+        elif self.blocks[table[-1]].ref_count > 1:              # shared: copy before the first write
+            old = self.blocks[table[-1]]
+            new = self._take_block()
+            new.token_ids = old.token_ids[:offset]
+            old.ref_count -= 1                                  # still ≥ 1: the others keep it
+            copied_from, table[-1] = old.block_id, new.block_id
+        block = self.blocks[table[-1]]
+        if block.hash is not None:                              # content changes: no longer a valid cache entry
+            self._unregister(block)
+        del block.token_ids[offset:]
+        block.token_ids.append(int(token_id))
+        self._num_tokens[seq_id] = n + 1
+        return table[-1], offset, copied_from
+
+    def append_slots(self, seq_id: SeqId, token_ids: Sequence[int]) -> list[Slot]:
+        """:meth:`append_slot` for several tokens (e.g. γ draft tokens to verify); all-or-nothing.
+
+        Raises:
+            NoFreeBlocksError: not enough blocks for all of them; nothing changes.
+        """
+        if not self.can_append(seq_id, len(token_ids)):
+            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {self._blocks_to_append(seq_id, len(token_ids))} "
+                                    f"blocks, {self.num_available_blocks} available")
+        return [self.append_slot(seq_id, t) for t in token_ids]
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
+        """The child shares all of the parent's blocks (every ref count +1, no copy yet).
+
+        Raises:
+            ValueError: unknown or swapped parent, or a child id that already exists.
+        """
+        if child_id in self._tables:
+            raise ValueError(f"child_id {child_id!r} already has blocks")
+        if parent_id in self._swapped:
+            raise ValueError(f"parent {parent_id!r} is swapped out; swap_in first")
+        table = self._table(parent_id)
+        for block_id in table:
+            self.blocks[block_id].ref_count += 1
+        self._tables[child_id] = list(table)
+        self._num_tokens[child_id] = self._num_tokens[parent_id]
+        self._chain[child_id] = list(self._chain[parent_id])
+
+    def truncate(self, seq_id: SeqId, num_tokens: int) -> list[int]:
+        """Keep only the first ``num_tokens`` slots of a sequence (roll back rejected draft tokens).
+
+        Blocks past the new end are released; the next :meth:`append_slot` overwrites the
+        rolled-back slots (copying first if the last block is shared).
+
+        Returns:
+            the physical blocks this sequence stopped holding.
+
+        Raises:
+            ValueError: ``num_tokens`` outside ``[0, num_tokens(seq_id)]``, or a swapped sequence.
+        """
+        table, n = self._table(seq_id), self._num_tokens[seq_id]
+        if seq_id in self._swapped:
+            raise ValueError(f"sequence {seq_id!r} is swapped out; swap_in first")
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= n:
+            raise ValueError(f"num_tokens must be an integer in [0, {n}] for sequence {seq_id!r}, got {num_tokens!r}")
+        keep = self.blocks_needed(num_tokens)
+        dropped = table[keep:]
+        for block_id in reversed(dropped):
+            self._release(block_id)
+        del table[keep:]
+        offset = num_tokens % self.block_size
+        if offset and self.blocks[table[-1]].ref_count == 1:    # we alone hold it: forget the tail
+            block = self.blocks[table[-1]]
+            self._unregister(block)
+            del block.token_ids[offset:]
+        self._num_tokens[seq_id] = num_tokens
+        del self._chain[seq_id][num_tokens // self.block_size:]
+        return dropped
+
+    def free(self, seq_id: SeqId) -> None:
+        """Release all of a sequence's blocks (GPU or, if swapped out, CPU).
+
+        Blocks are released last block first, so under LRU the tail of a cached prefix is
+        evicted before its head (the head is the part other prompts are likeliest to share).
+
+        Raises:
+            ValueError: unknown sequence.
+        """
+        table = self._table(seq_id)
+        if seq_id in self._swapped:
+            for block_id in table:
+                self.cpu_blocks[block_id].reset()
+                self._cpu_free.append(block_id)
+            self._swapped.discard(seq_id)
+        else:
+            for block_id in reversed(table):
+                self._release(block_id)
+        del self._tables[seq_id], self._num_tokens[seq_id], self._chain[seq_id]
+
+    # ------------------------------------------------------------------ swap (preemption by swap)
+    def can_swap_out(self, seq_id: SeqId) -> bool:
+        return len(self._table(seq_id)) <= len(self._cpu_free)
+
+    def swap_out(self, seq_id: SeqId) -> dict[int, int]:
+        """Move a sequence's blocks to CPU swap space.
+
+        Returns:
+            ``{gpu_block: cpu_block}``: the runner copies each GPU block to its CPU block
+            *before* the freed GPU blocks are written again.
+
+        Raises:
+            ValueError: unknown or already swapped sequence.
+            NoFreeBlocksError: not enough CPU blocks (check :meth:`can_swap_out`).
+        """
+        if seq_id in self._swapped:
+            raise ValueError(f"sequence {seq_id!r} is already swapped out")
+        table = self._table(seq_id)
+        if not self.can_swap_out(seq_id):
+            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {len(table)} CPU blocks, {len(self._cpu_free)} free")
+        mapping = {}
+        for i, block_id in enumerate(table):
+            cpu = self.cpu_blocks[self._cpu_free.popleft()]
+            cpu.ref_count = 1
+            cpu.token_ids = list(self.blocks[block_id].token_ids)
+            mapping[block_id] = cpu.block_id
+            table[i] = cpu.block_id
+        for block_id in reversed(list(mapping)):
+            self._release(block_id)
+        self._swapped.add(seq_id)
+        return mapping
+
+    def can_swap_in(self, seq_id: SeqId) -> bool:
+        return len(self._table(seq_id)) <= self.num_available_blocks
+
+    def swap_in(self, seq_id: SeqId) -> dict[int, int]:
+        """Bring a swapped-out sequence back into the GPU pool (into fresh blocks).
+
+        Returns:
+            ``{cpu_block: gpu_block}`` for the runner to copy.
+
+        Raises:
+            ValueError: the sequence is not swapped out.
+            NoFreeBlocksError: not enough GPU blocks (check :meth:`can_swap_in`).
+        """
+        if seq_id not in self._swapped:
+            raise ValueError(f"sequence {seq_id!r} is not swapped out")
+        table = self._table(seq_id)
+        if not self.can_swap_in(seq_id):
+            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {len(table)} blocks, "
+                                    f"{self.num_available_blocks} available")
+        mapping = {}
+        for i, cpu_id in enumerate(table):
+            block = self._take_block()
+            block.token_ids = list(self.cpu_blocks[cpu_id].token_ids)
+            self.cpu_blocks[cpu_id].reset()
+            self._cpu_free.append(cpu_id)
+            mapping[cpu_id] = block.block_id
+            table[i] = block.block_id
+        self._swapped.discard(seq_id)
+        self._chain[seq_id] = []                                # re-registered by mark_computed
+        self.mark_computed(seq_id, self._num_tokens[seq_id])
+        return mapping
+
+    # ------------------------------------------------------------------ checks
+    def audit(self) -> None:
+        """Check the bookkeeping: ref counts equal table references, every block in exactly one
+        state, the hash table points at registered blocks with matching hashes.
+
+        Raises:
+            RuntimeError: describing the first inconsistency found.
+        """
+        refs = [0] * self.num_blocks
+        for seq_id, table in self._tables.items():
+            if seq_id in self._swapped:
+                continue
+            if len(table) != self.blocks_needed(self._num_tokens[seq_id]):
+                raise RuntimeError(f"sequence {seq_id!r}: {len(table)} blocks for {self._num_tokens[seq_id]} tokens")
+            for block_id in table:
+                refs[block_id] += 1
+        for block in self.blocks:
+            if block.ref_count != refs[block.block_id]:
+                raise RuntimeError(f"block {block.block_id}: ref count {block.ref_count}, "
+                                   f"{refs[block.block_id]} table references")
+        free, cached = set(self._free), set(self._evictable)
+        if len(free) != len(self._free) or free & cached:
+            raise RuntimeError("a block is listed twice in the free / cached sets")
+        for block in self.blocks:
+            states = (block.block_id in free) + (block.block_id in cached) + (block.ref_count > 0)
+            if states != 1:
+                raise RuntimeError(f"block {block.block_id} is in {states} states (free/cached/used)")
+            if block.block_id in cached and block.hash is None:
+                raise RuntimeError(f"cached block {block.block_id} has no hash")
+        for h, block_id in self._cached.items():
+            if self.blocks[block_id].hash != h:
+                raise RuntimeError(f"hash entry points at block {block_id}, which holds another hash")
+        if self.num_free_blocks + self.num_cached_blocks + self.num_used_blocks != self.num_blocks:
+            raise RuntimeError("free + cached + used != num_blocks")
+        cpu_used = sum(len(self._tables[s]) for s in self._swapped)
+        if cpu_used + len(self._cpu_free) != self.num_cpu_blocks:
+            raise RuntimeError("CPU blocks: used + free != num_cpu_blocks")

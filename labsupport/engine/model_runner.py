@@ -1,0 +1,250 @@
+"""The model runner: a GPT-2 forward pass over the paged KV cache.
+
+It reads the weights of a loaded ``transformers`` GPT-2 (any GPT-2-family checkpoint:
+the shipped tiny models, ``gpt2``, ``distilgpt2`` …) and runs the same maths as
+``GPT2LMHeadModel`` — token + position embeddings, per layer ``x + attn(ln_1(x))`` and
+``x + mlp(ln_2(x))``, final layer norm, LM head — but with attention over the paged cache
+(:mod:`labsupport.engine.attention`) and on a flat batch of the new tokens of many
+sequences at once, some in prefill, some in decode.
+
+The cache is one tensor ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``;
+the :class:`~labsupport.engine.block_manager.BlockManager` decides which blocks each
+sequence uses. Hooks for speculative decoding: :meth:`ModelRunner.extend` runs several new
+tokens per sequence and returns the logits of every one; :meth:`ModelRunner.rollback`
+drops the last tokens of a sequence (rejected draft tokens) and frees their blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .attention import AttentionMetadata, build_metadata, paged_attention
+from .block_manager import BlockManager
+
+
+@dataclass
+class _Layer:
+    """One transformer block's weights (views of the model's own parameters, no copies)."""
+
+    ln_1: tuple[torch.Tensor, torch.Tensor]
+    c_attn: tuple[torch.Tensor, torch.Tensor]       # weight (E, 3E), bias (3E,)  (GPT-2 Conv1D: x @ W + b)
+    attn_proj: tuple[torch.Tensor, torch.Tensor]    # (E, E), (E,)
+    ln_2: tuple[torch.Tensor, torch.Tensor]
+    c_fc: tuple[torch.Tensor, torch.Tensor]         # (E, 4E), (4E,)
+    mlp_proj: tuple[torch.Tensor, torch.Tensor]     # (4E, E), (E,)
+    act: Callable[[torch.Tensor], torch.Tensor]
+    scale: float
+
+
+def _activation(name: str, module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """GPT-2's "gelu_new" is the tanh approximation of GELU: one fused op instead of the module's five."""
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    return module
+
+
+class ModelRunner:
+    """Runs a GPT-2 ``transformers`` model over a paged KV cache.
+
+    Args:
+        model: a ``GPT2LMHeadModel`` or a :class:`~labsupport.models.LoadedModel` holding one.
+        block_size: token slots per block.
+        num_blocks: blocks in the device cache.
+        num_cpu_blocks: blocks of CPU swap space (allocated on first use).
+        device: where the cache lives; default the model's device.
+
+    Raises:
+        ValueError: not a GPT-2-family model, or sizes < 1.
+    """
+
+    def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
+                 device: torch.device | str | None = None):
+        model = getattr(model, "model", model)                       # LoadedModel → its model
+        cfg = getattr(model, "config", None)
+        if getattr(cfg, "model_type", None) != "gpt2":
+            raise ValueError(f"model must be a GPT-2-family model (config.model_type 'gpt2'), "
+                             f"got {getattr(cfg, 'model_type', type(model).__name__)!r}")
+        for name, value in (("block_size", block_size), ("num_blocks", num_blocks)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.model = model
+        self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.num_layers, self.num_heads = cfg.n_layer, cfg.n_head
+        self.head_dim = cfg.n_embd // cfg.n_head
+        self.max_positions = cfg.n_positions
+        self.vocab_size = cfg.vocab_size
+        self.eps = cfg.layer_norm_epsilon
+        t = model.transformer
+        self.wte, self.wpe = t.wte.weight.detach(), t.wpe.weight.detach()
+        self.ln_f = (t.ln_f.weight.detach(), t.ln_f.bias.detach())
+        self.lm_head = model.lm_head.weight.detach()                 # (V, E), tied to wte in GPT-2
+        self.layers = []
+        for i, block in enumerate(t.h):
+            scale = 1.0 / math.sqrt(self.head_dim) if cfg.scale_attn_weights else 1.0
+            if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+                scale /= i + 1
+            wb = lambda m: (m.weight.detach(), m.bias.detach())
+            self.layers.append(_Layer(ln_1=wb(block.ln_1), c_attn=wb(block.attn.c_attn),
+                                      attn_proj=wb(block.attn.c_proj), ln_2=wb(block.ln_2),
+                                      c_fc=wb(block.mlp.c_fc), mlp_proj=wb(block.mlp.c_proj),
+                                      act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
+        self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=self.dtype, device=self.device)
+        self.cpu_cache: torch.Tensor | None = None
+        self.num_forwards = 0
+        self.num_token_forwards = 0
+
+    def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
+        """``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``."""
+        return (self.num_layers, 2, num_blocks, self.block_size, self.num_heads, self.head_dim)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V one token takes over all layers: ``2 · L · H · D · bytes``."""
+        return 2 * self.num_layers * self.num_heads * self.head_dim * self.kv_cache.element_size()
+
+    # ------------------------------------------------------------------ the forward pass
+    @torch.inference_mode()
+    def forward(self, token_ids: Sequence[Sequence[int]], start_positions: Sequence[int],
+                block_tables: Sequence[Sequence[int]], all_logits: bool = False) -> torch.Tensor:
+        """One forward step over the new tokens of several sequences.
+
+        Args:
+            token_ids: the new tokens of each sequence (a prefill chunk, or one token to decode).
+            start_positions: each sequence's tokens already in the cache (position of its
+                first new token).
+            block_tables: each sequence's physical blocks, covering ``start + len(new)`` slots.
+            all_logits: return a row for every new token instead of only each sequence's last.
+
+        Returns:
+            float32 logits: ``(B, vocab)`` (last new token of each sequence), or with
+            ``all_logits`` ``(N, vocab)`` with the rows of sequence 0 first.
+
+        Raises:
+            ValueError: a position past the model's ``n_positions``, or bad metadata.
+        """
+        query_lens = [len(t) for t in token_ids]
+        ends = [s + q for s, q in zip(start_positions, query_lens)]
+        if max(ends) > self.max_positions:
+            raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
+        meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype)
+        flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
+        hidden = self.hidden_states(flat, meta)                                   # (N, E)
+        if not all_logits:
+            last = torch.cumsum(torch.tensor(query_lens, device=self.device), 0) - 1
+            hidden = hidden.index_select(0, last)                                 # (B, E)
+        self.num_forwards += 1
+        self.num_token_forwards += len(flat)
+        hidden = F.layer_norm(hidden, hidden.shape[-1:], *self.ln_f, eps=self.eps)
+        return F.linear(hidden, self.lm_head).float()
+
+    def hidden_states(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """The transformer blocks on a flat batch: ``(N,)`` ids → ``(N, E)`` before ``ln_f``."""
+        x = self.wte[input_ids] + self.wpe[meta.positions]                       # (N, E)
+        n, e = x.shape
+        for i, layer in enumerate(self.layers):
+            h = F.layer_norm(x, (e,), *layer.ln_1, eps=self.eps)
+            qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])                # (N, 3E)
+            q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
+            a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale)    # (N, E)
+            x = x + torch.addmm(layer.attn_proj[1], a, layer.attn_proj[0])
+            h = F.layer_norm(x, (e,), *layer.ln_2, eps=self.eps)
+            h = layer.act(torch.addmm(layer.c_fc[1], h, layer.c_fc[0]))           # (N, 4E)
+            x = x + torch.addmm(layer.mlp_proj[1], h, layer.mlp_proj[0])
+        return x
+
+    # ------------------------------------------------------------------ moving blocks
+    @torch.inference_mode()
+    def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V."""
+        pairs = list(pairs)
+        if pairs:
+            src = torch.tensor([s for s, _ in pairs], device=self.device)
+            dst = torch.tensor([d for _, d in pairs], device=self.device)
+            self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
+
+    @torch.inference_mode()
+    def swap_out(self, mapping: Mapping[int, int]) -> None:
+        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}``)."""
+        if not mapping:
+            return
+        if self.cpu_cache is None:
+            self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
+        src = torch.tensor(list(mapping.keys()), device=self.device)
+        dst = torch.tensor(list(mapping.values()))
+        self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
+
+    @torch.inference_mode()
+    def swap_in(self, mapping: Mapping[int, int]) -> None:
+        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``)."""
+        if not mapping:
+            return
+        src = torch.tensor(list(mapping.keys()))
+        dst = torch.tensor(list(mapping.values()), device=self.device)
+        self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
+
+    # ------------------------------------------------------------------ hooks (speculative decoding)
+    def extend(self, block_manager: BlockManager, new_tokens: Mapping[Hashable, Sequence[int]],
+               all_logits: bool = True) -> dict[Hashable, torch.Tensor]:
+        """Feed new tokens to several sequences in one forward and return their logits.
+
+        A sequence the block manager does not know yet is allocated (its tokens are its
+        prompt; prefix-cache hits are skipped and get no logits row). For a known sequence
+        the tokens get new slots (copy-on-write included). Used by the logits tests and by
+        speculative decoding to verify γ draft tokens: feed ``[last, d_1 … d_γ]``, read
+        ``γ + 1`` rows, then :meth:`rollback` the rejected ones.
+
+        Args:
+            block_manager: the manager of this runner's cache (same ``block_size``, ``num_blocks``).
+            new_tokens: ``{seq_id: [token ids]}``, each non-empty.
+            all_logits: a row for every computed token (default) or only the last.
+
+        Returns:
+            ``{seq_id: logits (k, vocab)}`` (float32; ``k`` = computed tokens, or 1).
+
+        Raises:
+            NoFreeBlocksError: the pool cannot hold the new tokens (nothing is run).
+            ValueError: an empty token list.
+        """
+        seqs, tokens, starts, tables = [], [], [], []
+        for seq_id, ids in new_tokens.items():
+            ids = [int(t) for t in ids]
+            if not ids:
+                raise ValueError(f"new_tokens[{seq_id!r}] must hold at least one token")
+            if block_manager.has_seq(seq_id):
+                start = block_manager.num_tokens(seq_id)
+                self.copy_blocks((src, blk) for blk, _, src in block_manager.append_slots(seq_id, ids)
+                                 if src is not None)
+            else:
+                start = block_manager.allocate(seq_id, ids)
+                ids = ids[start:]
+            seqs.append(seq_id)
+            tokens.append(ids)
+            starts.append(start)
+            tables.append(block_manager.block_table(seq_id))
+        logits = self.forward(tokens, starts, tables, all_logits=all_logits)
+        for seq_id in seqs:
+            block_manager.mark_computed(seq_id, block_manager.num_tokens(seq_id))
+        if not all_logits:
+            return {s: logits[i:i + 1] for i, s in enumerate(seqs)}
+        return dict(zip(seqs, torch.split(logits, [len(t) for t in tokens])))
+
+    @staticmethod
+    def rollback(block_manager: BlockManager, seq_id: Hashable, num_tokens: int) -> list[int]:
+        """Forget the last ``num_tokens`` tokens of a sequence (rejected drafts); returns freed blocks.
+
+        Their slots are overwritten by the next :meth:`extend`; nothing in the cache is zeroed.
+
+        Raises:
+            ValueError: ``num_tokens`` negative or more than the sequence holds.
+        """
+        n = block_manager.num_tokens(seq_id)
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= n:
+            raise ValueError(f"num_tokens must be an integer in [0, {n}], got {num_tokens!r}")
+        return block_manager.truncate(seq_id, n - num_tokens)

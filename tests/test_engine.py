@@ -1,0 +1,396 @@
+"""LLMEngine and ModelRunner: logits equal to Hugging Face, greedy equal to ``model.generate``
+with preemption (recompute, swap), prefix caching and chunked prefill; case C16; a randomised
+stream test (hypothesis); speculative-decoding hooks."""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from labsupport.engine import BlockManager, EngineConfig, LLMEngine, ModelRunner
+from labsupport.generation import generate
+from labsupport.sampling import GREEDY, SamplingParams
+
+GREEDY_NO_EOS = GREEDY.replace(ignore_eos=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tiny models run fastest on one thread (and two threads fight over a busy CPU)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_prompts(lm, lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    vocab = lm.model.config.vocab_size
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+_SOLO: dict = {}
+
+
+def solo(lm, prompt, n):
+    """Tokens of the request's solo run: greedy, KV-cached HF forward, EOS ignored (memoised)."""
+    key = (id(lm), tuple(prompt), n)
+    if key not in _SOLO:
+        _SOLO[key] = generate(lm, list(prompt), GREEDY_NO_EOS, max_new_tokens=n, record=False).token_ids
+    return _SOLO[key]
+
+
+def hf_generate(lm, prompt, n):
+    """``model.generate`` greedy (stops at EOS, which it includes, like the engine's token_ids)."""
+    ids = torch.tensor([prompt])
+    out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                            pad_token_id=lm.eos_token_id)
+    new = out[0, len(prompt):].tolist()
+    return new[:new.index(lm.eos_token_id) + 1] if lm.eos_token_id in new else new
+
+
+# ---------------------------------------------------------------------------- logits
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_logits_equal_hf_at_prefill_and_every_decode_step(tiny_lm, block_size):
+    lengths = [5, 11, 1, 17]
+    prompts = random_prompts(tiny_lm, lengths, seed=block_size)
+    bm = BlockManager(num_blocks=256 // block_size + 8, block_size=block_size)
+    runner = ModelRunner(tiny_lm, block_size, bm.num_blocks)
+    seqs = {i: list(p) for i, p in enumerate(prompts)}
+    out = runner.extend(bm, seqs)                                  # mixed-length prefill batch
+    with torch.no_grad():
+        for i, p in seqs.items():
+            ref = tiny_lm.model(torch.tensor([p])).logits[0]
+            assert out[i].shape == ref.shape
+            torch.testing.assert_close(out[i], ref, atol=1e-4, rtol=0)
+        for step in range(6):                                      # decode steps (seq 0: 2 tokens each)
+            new = {i: [int(out[i][-1].argmax())] * (2 if i == 0 else 1) for i in seqs}
+            out = runner.extend(bm, new)
+            for i in seqs:
+                seqs[i] += new[i]
+                ref = tiny_lm.model(torch.tensor([seqs[i]])).logits[0, -len(new[i]):]
+                torch.testing.assert_close(out[i], ref, atol=1e-4, rtol=0)
+    bm.audit()
+
+
+def test_logits_equal_hf_with_prefill_and_decode_rows_mixed(tiny_lm):
+    """One forward holding a prefill chunk of one sequence and decode rows of others."""
+    p1, p2, p3 = random_prompts(tiny_lm, [9, 14, 20], seed=7)
+    bm = BlockManager(num_blocks=32, block_size=4)
+    runner = ModelRunner(tiny_lm, 4, 32)
+    runner.extend(bm, {"a": p1, "b": p2})
+    out = runner.extend(bm, {"a": [3], "c": p3[:8], "b": [5]})   # decode, prefill chunk, decode
+    out2 = runner.extend(bm, {"c": p3[8:]})                        # the rest of c's prompt
+    with torch.no_grad():
+        ref_a = tiny_lm.model(torch.tensor([p1 + [3]])).logits[0, -1:]
+        ref_b = tiny_lm.model(torch.tensor([p2 + [5]])).logits[0, -1:]
+        ref_c = tiny_lm.model(torch.tensor([p3])).logits[0]
+    torch.testing.assert_close(out["a"], ref_a, atol=1e-4, rtol=0)
+    torch.testing.assert_close(out["b"], ref_b, atol=1e-4, rtol=0)
+    torch.testing.assert_close(torch.cat([out["c"], out2["c"]]), ref_c, atol=1e-4, rtol=0)
+
+
+def test_runner_rejects_non_gpt2_and_long_sequences(tiny_lm):
+    with pytest.raises(ValueError, match="GPT-2"):
+        ModelRunner(torch.nn.Linear(2, 2), 4, 4)
+    runner = ModelRunner(tiny_lm, 16, 8)
+    bm = BlockManager(8, 16)
+    with pytest.raises(ValueError, match="n_positions"):
+        runner.extend(bm, {0: [1] * 65})
+
+
+# ---------------------------------------------------------------------------- speculative hooks
+def test_extend_and_rollback_for_draft_verification(tiny_lm):
+    prompt, drafts = random_prompts(tiny_lm, [7, 5], seed=3)
+    bm = BlockManager(num_blocks=16, block_size=4)
+    runner = ModelRunner(tiny_lm, 4, 16)
+    runner.extend(bm, {"s": prompt})
+    last = 11
+    out = runner.extend(bm, {"s": [last] + drafts})               # γ = 5 drafts: γ + 1 rows
+    assert out["s"].shape[0] == 6
+    accepted = drafts[:2]                                          # say 2 accepted, 3 rejected
+    freed = runner.rollback(bm, "s", 3)
+    assert bm.num_tokens("s") == len(prompt) + 1 + 2
+    assert isinstance(freed, list)
+    out = runner.extend(bm, {"s": [42]})                           # the correction token
+    seq = prompt + [last] + accepted + [42]
+    with torch.no_grad():
+        ref = tiny_lm.model(torch.tensor([seq])).logits[0, -1:]
+    torch.testing.assert_close(out["s"], ref, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="num_tokens"):
+        runner.rollback(bm, "s", 99)
+    bm.audit()
+
+
+# ---------------------------------------------------------------------------- greedy = model.generate
+def test_greedy_equals_model_generate(tiny_lm):
+    prompts = random_prompts(tiny_lm, [3, 9, 14, 6, 1], seed=11)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64)
+    outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
+    for p, o in zip(prompts, outs):
+        assert o.token_ids == hf_generate(tiny_lm, p, 16)
+        assert o.finish_reason == ("stop" if o.token_ids[-1] == tiny_lm.eos_token_id else "length")
+    assert engine.block_manager.num_used_blocks == 0
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_greedy_equals_model_generate_under_preemption(tiny_lm, mode):
+    prompts = random_prompts(tiny_lm, [5, 8, 12, 3, 7, 10], seed=12)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=12, preemption_mode=mode, num_cpu_blocks=64)
+    outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=20)
+    assert sum(o.metrics.num_preemptions for o in outs) > 0
+    for p, o in zip(prompts, outs):
+        assert o.token_ids == solo(tiny_lm, p, 20)
+    bm = engine.block_manager
+    assert bm.num_free_blocks == 12 and bm.num_free_cpu_blocks == bm.num_cpu_blocks
+
+
+def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
+    (shared,) = random_prompts(tiny_lm, [13], seed=21)
+    tails = random_prompts(tiny_lm, [3, 5, 2], seed=22)
+    prompts = [shared + t for t in tails]
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, enable_prefix_caching=True, record_history=True)
+    first = engine.generate(prompts[:1], GREEDY, max_new_tokens=8)
+    rest = engine.generate(prompts[1:], GREEDY, max_new_tokens=8)
+    for p, o in zip(prompts, first + rest):
+        assert o.token_ids == hf_generate(tiny_lm, p, 8)
+    assert engine.block_manager.num_prefix_hits >= 2 * 3               # 3 full shared blocks, twice
+    admitted = next(h.scheduled_tokens for h in engine.history if set(h.scheduled_tokens) & {"1", "2"})
+    assert admitted["1"] == len(prompts[1]) - 12                       # only the uncached tail is computed
+
+
+def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
+    prompts = random_prompts(tiny_lm, [4, 30, 23], seed=31)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
+                       max_num_batched_tokens=8, record_history=True)
+    outs = engine.generate(prompts, GREEDY, max_new_tokens=10)
+    for p, o in zip(prompts, outs):
+        assert o.token_ids == hf_generate(tiny_lm, p, 10)
+    chunks = [n for h in engine.history for n in h.scheduled_tokens.values()]
+    assert max(chunks) <= 6 and all(h.num_batched_tokens <= 8 for h in engine.history)
+    mixed = [h for h in engine.history if 1 in h.scheduled_tokens.values() and max(h.scheduled_tokens.values()) > 1]
+    assert mixed, "no step mixed a prefill chunk with a decode"
+
+
+# ---------------------------------------------------------------------------- C16
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_c16_preemption_keeps_every_output(tiny_lm, mode):
+    prompts = random_prompts(tiny_lm, [6, 6, 6, 6], seed=16)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=10, preemption_mode=mode, num_cpu_blocks=16)
+    outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=12)
+    assert sum(o.metrics.num_preemptions for o in outs) > 0            # the pool forced preemption
+    for p, o in zip(prompts, outs):
+        assert len(o.token_ids) == 12 and o.finish_reason == "length"
+        assert o.token_ids == solo(tiny_lm, p, 12)                    # no duplicate or missing token
+        assert len(o.metrics.token_times) == 12
+    bm = engine.block_manager
+    assert bm.num_free_blocks == 10 and bm.num_used_blocks == 0 and bm.num_free_cpu_blocks == bm.num_cpu_blocks
+    bm.audit()
+
+
+# ---------------------------------------------------------------------------- requests that can never fit
+def test_request_that_never_fits_errors_at_once_and_others_go_on(tiny_lm):
+    prompts = random_prompts(tiny_lm, [5, 40, 6], seed=41)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8)           # 32 slots
+    ids = [engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=6) for p in prompts]
+    first = {o.request_id: o for o in engine.step()}
+    assert first[ids[1]].finished and first[ids[1]].finish_reason == "error"
+    assert "blocks" in first[ids[1]].error and first[ids[1]].token_ids == []
+    outs = {o.request_id: o for o in engine.run()}
+    for i in (0, 2):
+        assert outs[ids[i]].token_ids == solo(tiny_lm, prompts[i], 6)
+    too_long = engine.add_request([1] * 60, GREEDY, max_new_tokens=10)  # past n_positions = 64
+    assert engine.output(too_long).finish_reason == "error" and "n_positions" in engine.output(too_long).error
+    engine2 = LLMEngine(tiny_lm, block_size=4, num_blocks=64, max_num_batched_tokens=16)
+    rid = engine2.add_request([1] * 20, GREEDY, max_new_tokens=2)
+    assert engine2.run()[0].finish_reason == "error" and rid == "0"
+
+
+def test_bad_input_raises_value_error(tiny_lm):
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8)
+    with pytest.raises(ValueError, match="empty"):
+        engine.add_request([])
+    with pytest.raises(ValueError, match="token ids"):
+        engine.add_request([10 ** 6])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.add_request([1], max_new_tokens=0)
+    engine.add_request([1], request_id="x")
+    with pytest.raises(ValueError, match="already"):
+        engine.add_request([1], request_id="x")
+    with pytest.raises(ValueError, match="unknown engine settings"):
+        LLMEngine(tiny_lm, blocksize=4)
+    with pytest.raises(ValueError, match="preemption_mode"):
+        LLMEngine(tiny_lm, preemption_mode="drop")
+
+
+# ---------------------------------------------------------------------------- sampling, fork, stop, metrics
+def test_seeded_sampling_matches_generate_and_ignores_batch_mates(tiny_lm):
+    p, other = random_prompts(tiny_lm, [6, 9], seed=51)
+    params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
+    ref = generate(tiny_lm, p, params, max_new_tokens=12, record=False).token_ids
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
+    rid = engine.add_request(p, params, max_new_tokens=12)
+    engine.add_request(other, SamplingParams(temperature=1.0, seed=5), max_new_tokens=12)
+    engine.run()
+    assert engine.output(rid).token_ids == ref
+
+
+def test_parallel_sampling_shares_prompt_blocks_copy_on_write(tiny_lm):
+    (p,) = random_prompts(tiny_lm, [6], seed=61)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32, record_history=True)
+    outs = engine.generate([p], GREEDY_NO_EOS.replace(n=3), max_new_tokens=5)
+    assert [o.request_id for o in outs] == ["0", "0.1", "0.2"]
+    assert all(o.token_ids == solo(tiny_lm, p, 5) for o in outs)
+    after_fork = engine.history[1]
+    tables = after_fork.block_tables
+    assert tables["0"][0] == tables["0.1"][0] == tables["0.2"][0]    # the full prompt block is shared
+    assert after_fork.ref_counts[tables["0"][0]] == 3
+    assert len(after_fork.copied) == 2                                 # the half block: two copies, one in place
+    assert engine.block_manager.num_used_blocks == 0
+
+
+def test_stop_string_cuts_text(tiny_lm):
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
+    (p,) = random_prompts(tiny_lm, [5], seed=71)
+    full = engine.generate([p], GREEDY_NO_EOS, max_new_tokens=12)[0]
+    stop = full.text[len(full.text) // 2:][:3]
+    if not stop.strip():
+        pytest.skip("random model produced whitespace only")
+    out = engine.generate([p], GREEDY_NO_EOS.replace(stop=(stop,)), max_new_tokens=12)[0]
+    assert out.finish_reason == "stop" and stop not in out.text
+    assert full.text.startswith(out.text) and len(out.token_ids) < 12
+
+
+def test_metrics_with_a_virtual_clock(tiny_lm):
+    from labsupport.engine.metrics import goodput, summarize, throughput
+
+    ticks = iter(range(1000))
+    engine = LLMEngine(tiny_lm, EngineConfig(block_size=4, num_blocks=32, clock=lambda: float(next(ticks))))
+    a, b = random_prompts(tiny_lm, [4, 4], seed=81)
+    engine.add_request(a, GREEDY_NO_EOS, max_new_tokens=3)             # arrives at t=0
+    engine.add_request(b, GREEDY_NO_EOS, max_new_tokens=5)             # t=1
+    outs = engine.run()                                                # steps stamp t=2,3,4,5,6
+    m0, m1 = outs[0].metrics, outs[1].metrics
+    assert m0.token_times == [2.0, 3.0, 4.0] and m1.token_times == [2.0, 3.0, 4.0, 5.0, 6.0]
+    assert (m0.ttft, m1.ttft, m0.tpot, m1.tpot) == (2.0, 1.0, 1.0, 1.0)
+    assert m0.itl == [1.0, 1.0] and m1.e2e_latency == 5.0
+    assert throughput([m0, m1]) == 8 / 6
+    assert goodput([m0, m1], ttft_slo=1.5) == 1 / 6                    # only b met TTFT ≤ 1.5
+    assert summarize([m0, m1])["requests"] == 2
+    with pytest.raises(ValueError, match="ttft_slo"):
+        goodput([m0], ttft_slo=0)
+
+
+# ---------------------------------------------------------------------------- randomised streams
+request_st = st.tuples(st.integers(0, 6),       # arrival step
+                       st.integers(1, 14),      # prompt length
+                       st.integers(1, 16),      # output length
+                       st.integers(0, 2))       # shares a prefix with others (0 = no)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@example(requests=[(0, 6, 12, 0)] * 4 + [(2, 9, 14, 1)], block_size=4, pool_tokens=40, mode="swap",
+         prefix_caching=False, chunk=None, max_num_seqs=4, seed=0)
+@example(requests=[(0, 10, 16, 2), (0, 12, 16, 2), (1, 5, 16, 1), (3, 14, 8, 0)], block_size=2, pool_tokens=36,
+         mode="swap", prefix_caching=True, chunk=3, max_num_seqs=4, seed=1)
+@example(requests=[(0, 10, 16, 2), (0, 12, 16, 2), (1, 5, 16, 1), (3, 14, 8, 0)], block_size=4, pool_tokens=40,
+         mode="recompute", prefix_caching=True, chunk=7, max_num_seqs=3, seed=2)
+@given(requests=st.lists(request_st, min_size=1, max_size=7),
+       block_size=st.sampled_from([1, 2, 4, 8]),
+       pool_tokens=st.integers(8, 48),
+       mode=st.sampled_from(["recompute", "swap"]),
+       prefix_caching=st.booleans(),
+       chunk=st.sampled_from([None, 3, 7]),
+       max_num_seqs=st.integers(2, 4),
+       seed=st.integers(0, 3))
+def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode, prefix_caching, chunk,
+                                max_num_seqs, seed):
+    """Random arrivals, lengths, pools (often too small, forcing preemption) and settings."""
+    num_blocks = max(2, pool_tokens // block_size)
+    vocab = tiny_lm.model.config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randint(0, vocab, (10,), generator=g).tolist()
+    engine = LLMEngine(tiny_lm, block_size=block_size, num_blocks=num_blocks, preemption_mode=mode,
+                       num_cpu_blocks=64, enable_prefix_caching=prefix_caching,
+                       enable_chunked_prefill=chunk is not None, max_prefill_chunk=chunk,
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max(8, max_num_seqs) if chunk else 64)
+    bm = engine.block_manager
+    prompts, lengths, pending = {}, {}, sorted(enumerate(requests), key=lambda r: r[1][0])
+    step = 0
+    while pending or engine.has_unfinished_requests():
+        while pending and pending[0][1][0] <= step:
+            _, (_, plen, olen, share) = pending.pop(0)
+            tail = torch.randint(0, vocab, (plen,), generator=g).tolist()
+            prompt = (shared[:4 * share] + tail)[:max(plen, 4 * share)]
+            rid = engine.add_request(prompt, GREEDY_NO_EOS, max_new_tokens=olen)
+            prompts[rid], lengths[rid] = prompt, olen
+        if engine.has_unfinished_requests():
+            engine.step()
+        bm.audit()
+        assert bm.num_free_blocks + bm.num_used_blocks + bm.num_cached_blocks == num_blocks
+        step += 1
+        assert step < 2000, "the engine stopped making progress"
+    for rid, prompt in prompts.items():
+        out = engine.output(rid)
+        assert out.finished
+        if out.finish_reason == "error":
+            slots = len(prompt) + lengths[rid] - 1
+            assert bm.blocks_needed(slots) > num_blocks or (chunk is None and slots > 64)
+            assert out.token_ids == []
+        else:
+            assert out.token_ids == solo(tiny_lm, prompt, lengths[rid])
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_cached_blocks == num_blocks
+    assert bm.num_free_cpu_blocks == bm.num_cpu_blocks
+    assert not engine.scheduler.running and not engine.scheduler.waiting and not engine.scheduler.swapped
+
+
+# ---------------------------------------------------------------------------- C15 through the engine, fork, snapshots
+def test_c15_sequential_requests_recycle_the_pool(tiny_lm):
+    prompts = random_prompts(tiny_lm, [6] * 11, seed=15)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
+    bm = engine.block_manager
+    for p in prompts[:10]:
+        (out,) = engine.generate([p], GREEDY_NO_EOS, max_new_tokens=4)
+        assert out.token_ids == solo(tiny_lm, p, 4)
+        assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_cached_blocks == 8
+        bm.audit()
+    assert bm.num_evictions > 0
+    (out,) = engine.generate([prompts[10]], GREEDY_NO_EOS, max_new_tokens=4)     # the 11th allocates
+    assert out.token_ids == solo(tiny_lm, prompts[10], 4)
+    assert bm.num_cached_prefix_tokens(prompts[0]) == 0                          # evicted: a miss
+    assert bm.num_cached_prefix_tokens(prompts[10]) == 4                         # recent: a hit
+
+
+def test_fork_a_decoding_request(tiny_lm):
+    (p,) = random_prompts(tiny_lm, [5], seed=91)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
+    rid = engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=8)
+    engine.step()
+    engine.step()
+    with pytest.raises(ValueError, match="n must be"):
+        engine.fork(rid, 0)
+    children = engine.fork(rid, 2)
+    assert children == ["0.1", "0.2"]
+    assert engine.block_manager.block_table("0.1") == engine.block_manager.block_table(rid)
+    engine.run()
+    ref = solo(tiny_lm, p, 8)
+    assert all(engine.output(r).token_ids == ref for r in [rid, *children])
+    assert engine.block_manager.num_used_blocks == 0
+
+
+def test_snapshot_describes_queues_and_pool(tiny_lm):
+    prompts = random_prompts(tiny_lm, [6, 6, 6], seed=92)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=6, max_num_seqs=2, record_history=True)
+    for p in prompts:
+        engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=6)
+    engine.run()
+    first = engine.history[0]
+    assert first.step == 1 and first.running == ["0", "1"] and first.waiting == ["2"]
+    assert first.scheduled_tokens == {"0": 6, "1": 6} and first.num_batched_tokens == 12
+    assert first.num_tokens == {"0": 6, "1": 6}
+    assert [len(t) for t in first.block_tables.values()] == [2, 2]
+    for snap in engine.history:
+        assert snap.num_free_blocks + snap.num_cached_blocks + snap.num_used == snap.num_blocks == 6
+        used = {b for t in snap.block_tables.values() for b in t}
+        assert all((snap.ref_counts[b] > 0) == (b in used) for b in range(6))
+    assert engine.history[-1].finished and not engine.history[-1].running
