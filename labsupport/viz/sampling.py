@@ -1,0 +1,200 @@
+"""Figures of chapter 01 (sampling): next-token distributions, filters, temperature, steps.
+
+Pure functions: plain lists of token strings and numbers in, a ``plotly.graph_objects.Figure``
+out. Nothing here runs a model or imports widgets; the panels in
+``labsupport.widgets.sampling`` compute the numbers with ``labsupport.sampling`` and pass
+them in. Every figure has a fixed set of traces, so a panel can wrap it in a
+``go.FigureWidget`` and update the traces' data in place.
+
+Token strings are shown as ``LoadedModel.token_str`` renders them (``␣`` = space,
+``⏎`` = newline). The token axis is always categorical, so a token such as ``"1"`` stays a
+label, and repeated strings get their rank appended so that no two bars merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+FONT_SIZE = 16
+KEPT_COLOR = "#1f77b4"
+CUT_COLOR = "#c7c7c7"
+BASE_COLOR = "#d62728"
+LOGIT_COLOR = "#7f7f7f"
+LOOP_COLOR = "#ff7f0e"
+
+
+def _check_lengths(**columns: Sequence) -> int:
+    """Common length of the named columns; ``ValueError`` naming them when they differ."""
+    lengths = {name: len(col) for name, col in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{', '.join(lengths)} must have the same length, got {lengths}")
+    return next(iter(lengths.values()))
+
+
+def unique_labels(tokens: Sequence[str]) -> list[str]:
+    """Axis labels for ``tokens``: unchanged, except repeats get ``" #rank"`` (1-based) appended.
+
+    Byte-level BPE tokens that are partial UTF-8 characters all decode to ``"�"``; on a
+    categorical axis they would merge into one bar.
+    """
+    seen: dict[str, int] = {}
+    for t in tokens:
+        seen[t] = seen.get(t, 0) + 1
+    return [t if seen[t] == 1 else f"{t} #{i + 1}" for i, t in enumerate(tokens)]
+
+
+def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(title={"text": title, "font": {"size": FONT_SIZE + 4}}, template="plotly_white",
+                      font={"size": FONT_SIZE}, height=height, margin={"l": 10, "r": 20, "t": 80, "b": 60},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0})
+    return fig
+
+
+def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: Sequence[float], *,
+                        temperature: float | None = None, title: str | None = None) -> go.Figure:
+    """Logits (left) and probabilities (right) of the top candidates, most likely on top.
+
+    The seed 001 §2 "temperature and distribution" simulator, on real numbers: the left bars
+    are the model's logits ``z_i``, the right bars ``p_i = softmax(z / T)_i``. Adding a constant
+    to every logit moves the left bars and leaves the right bars where they are.
+
+    Args:
+        tokens: display strings of the candidates, most likely first (length n).
+        logits: their logits ``z_i`` (n,), unitless model scores.
+        probs: their probabilities (n,), in [0, 1], over the *whole* vocabulary.
+        temperature: shown in the axis title when given.
+        title: figure title.
+
+    Returns:
+        A figure with two traces: ``logits`` (subplot 1) and ``probability`` (subplot 2).
+
+    Raises:
+        ValueError: the three sequences differ in length.
+    """
+    n = _check_lengths(tokens=tokens, logits=logits, probs=probs)
+    labels = unique_labels(tokens)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        column_widths=[0.4, 0.6])
+    fig.add_trace(go.Bar(x=list(logits), y=labels, orientation="h", name="logits", marker_color=LOGIT_COLOR,
+                         hovertemplate="%{y}: z = %{x:.3f}<extra></extra>", showlegend=False), row=1, col=1)
+    fig.add_trace(go.Bar(x=list(probs), y=labels, orientation="h", name="probability", marker_color=KEPT_COLOR,
+                         text=[f"{100 * p:.1f} %" for p in probs], textposition="outside", cliponaxis=False,
+                         hovertemplate="%{y}: p = %{x:.4f}<extra></extra>", showlegend=False), row=1, col=2)
+    t_text = "" if temperature is None else f" at T = {temperature:g}"
+    fig.update_xaxes(title_text="logit z (model score)", row=1, col=1)
+    fig.update_xaxes(title_text=f"probability p{t_text}", range=[0, 1.15], tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(type="category", autorange="reversed", title_text=f"top {n} next tokens", row=1, col=1)
+    return _style(fig, title or "Next-token distribution", height=max(420, 90 + 26 * n))
+
+
+def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_probs: Sequence[float],
+                  reasons: Sequence[str], *, title: str | None = None) -> go.Figure:
+    """Kept versus cut candidates of one sampling step (seed 001 §3 sampling lab).
+
+    Args:
+        tokens: display strings of the candidates, most likely first (length n).
+        base_probs: probabilities after repetition penalty and temperature, before any cut (n,).
+        final_probs: probabilities actually sampled from, renormalised over the kept set (n,);
+            0 for a cut candidate.
+        reasons: ``""`` for a kept candidate, else the filter that cut it (``"top-k"``,
+            ``"top-p"``, ``"min-p"``, ``"greedy"``), as ``labsupport.sampling.trace_filters``
+            reports it (n,).
+        title: figure title.
+
+    Returns:
+        A figure with three traces in this order: ``kept`` (bars at the final probability),
+        ``cut`` (grey bars at the probability before the cut, labelled with the reason) and
+        ``before cut`` (markers at the probability before the cut).
+
+    Raises:
+        ValueError: the sequences differ in length.
+    """
+    _check_lengths(tokens=tokens, base_probs=base_probs, final_probs=final_probs, reasons=reasons)
+    labels = unique_labels(tokens)
+    kept = [f if r == "" else 0.0 for f, r in zip(final_probs, reasons)]
+    cut = [0.0 if r == "" else b for b, r in zip(base_probs, reasons)]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=kept, y=labels, orientation="h", name="kept: probability sampled from",
+                         marker_color=KEPT_COLOR, text=[f"{100 * p:.1f} %" if p > 0 else "" for p in kept],
+                         textposition="outside", cliponaxis=False,
+                         hovertemplate="%{y}: sampled with p = %{x:.4f}<extra></extra>"))
+    fig.add_trace(go.Bar(x=cut, y=labels, orientation="h", name="cut (reason)", marker_color=CUT_COLOR,
+                         text=[f"cut by {r}" if r else "" for r in reasons], textposition="outside",
+                         cliponaxis=False, hovertemplate="%{y}: %{text}, p before = %{x:.4f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=list(base_probs), y=labels, mode="markers", name="before the cut",
+                             marker={"symbol": "line-ns-open", "size": 14, "color": BASE_COLOR,
+                                     "line": {"width": 3, "color": BASE_COLOR}},
+                             hovertemplate="%{y}: p before the cut = %{x:.4f}<extra></extra>"))
+    fig.update_layout(barmode="overlay", bargap=0.25)
+    fig.update_xaxes(title_text="probability", range=[0, 1.2], tickformat=".0%")
+    fig.update_yaxes(type="category", autorange="reversed", title_text="next-token candidates")
+    return _style(fig, title or "Which candidates survive the filters", height=max(420, 110 + 26 * len(labels)))
+
+
+def entropy_curve_figure(temperatures: Sequence[float], entropy_bits: Sequence[float], *,
+                         marker_temperature: float | None = None, marker_entropy: float | None = None,
+                         title: str | None = None) -> go.Figure:
+    """Entropy ``H = -Σ p log₂ p`` (bits) of the next-token distribution as T varies (seed 001 §2).
+
+    The right axis reads the same curve as perplexity ``2^H`` (effective number of candidates).
+
+    Args:
+        temperatures: T values (m,), > 0.
+        entropy_bits: entropy at each T (m,), in bits.
+        marker_temperature, marker_entropy: one point to highlight (e.g. the slider's T).
+        title: figure title.
+
+    Returns:
+        A figure with two traces: ``entropy`` (line) and ``current T`` (one marker, or none).
+
+    Raises:
+        ValueError: the sequences differ in length.
+    """
+    _check_lengths(temperatures=temperatures, entropy_bits=entropy_bits)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(temperatures), y=list(entropy_bits), mode="lines", name="entropy",
+                             line={"width": 3, "color": KEPT_COLOR},
+                             hovertemplate="T = %{x:.2f}: H = %{y:.2f} bits<extra></extra>"))
+    mx = [] if marker_temperature is None else [marker_temperature]
+    my = [] if marker_entropy is None else [marker_entropy]
+    fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", name="current T",
+                             marker={"size": 16, "color": BASE_COLOR},
+                             hovertemplate="T = %{x:.2f}: H = %{y:.2f} bits<extra></extra>"))
+    top = max(list(entropy_bits) + [1.0])
+    ticks = [v for v in range(0, int(top) + 2, max(1, int(top) // 6 or 1))]
+    fig.update_xaxes(title_text="temperature T")
+    fig.update_yaxes(title_text="entropy H (bits)", tickvals=ticks,
+                     ticktext=[f"{v}  (PPL {2 ** v:,.0f})" for v in ticks])
+    return _style(fig, title or "Entropy and perplexity of the next token vs temperature", height=420)
+
+
+def chosen_prob_figure(tokens: Sequence[str], probs: Sequence[float], *,
+                       loop_start: int | None = None, title: str | None = None) -> go.Figure:
+    """Probability of each generated token, step by step (e.g. a greedy run).
+
+    Args:
+        tokens: the generated tokens' display strings, in order (n,).
+        probs: the probability the model gave each one at its step (n,), in [0, 1].
+        loop_start: index of the first step inside a repetition loop; those bars are coloured.
+        title: figure title.
+
+    Returns:
+        A figure with one bar trace ``chosen token``.
+
+    Raises:
+        ValueError: the sequences differ in length, or ``loop_start`` is outside ``[0, n]``.
+    """
+    n = _check_lengths(tokens=tokens, probs=probs)
+    if loop_start is not None and not 0 <= loop_start <= n:
+        raise ValueError(f"loop_start must be in [0, {n}], got {loop_start}")
+    colors = [LOOP_COLOR if loop_start is not None and i >= loop_start else KEPT_COLOR for i in range(n)]
+    fig = go.Figure(go.Bar(x=list(range(n)), y=list(probs), marker_color=colors, name="chosen token",
+                           customdata=list(tokens), hovertemplate="step %{x}: %{customdata} p = %{y:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text="generation step: the token chosen", tickvals=list(range(n)), ticktext=list(tokens),
+                     tickangle=-60, tickfont={"size": 14})
+    fig.update_yaxes(title_text="p(chosen token)", range=[0, 1], tickformat=".0%")
+    sub = "" if loop_start is None else "  (orange: inside the loop)"
+    return _style(fig, (title or "Probability of each chosen token") + sub, height=460)
