@@ -13,6 +13,7 @@ cache chapter can compare them with the theory: with the cache ``P + n - 1``, wi
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,8 +75,24 @@ class GenerationResult:
         return sum(s.logprob for s in self.steps)
 
 
+def token_id_list(prompt) -> list[int]:
+    """A prompt given as token ids (list, tuple, 1-D tensor or array) → ``list[int]``.
+
+    Raises:
+        ValueError: not a flat sequence of integers (floats, strings, nested lists, None).
+    """
+    if hasattr(prompt, "tolist"):                       # torch / numpy
+        prompt = prompt.tolist()
+    if not isinstance(prompt, (list, tuple, range)):
+        raise ValueError(f"prompt must be text or a sequence of token ids, got {type(prompt).__name__}")  # noqa: TRY004
+    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+    if bad:
+        raise ValueError(f"prompt token ids must be integers, got {bad[0]!r}")
+    return [int(t) for t in prompt]
+
+
 def _prompt_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
-    ids = lm.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+    ids = lm.encode(prompt) if isinstance(prompt, str) else token_id_list(prompt)
     if not ids:
         raise ValueError("prompt must contain at least one token, got an empty prompt")
     vocab = lm.model.config.vocab_size
@@ -85,19 +102,34 @@ def _prompt_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
     return ids
 
 
-def _check_length(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+def _check_params(params: SamplingParams) -> None:
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")  # noqa: TRY004
+
+
+def _check_length(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> int:
+    """Validate ``max_new_tokens`` (returned as an ``int``) against the model's position limit."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     limit = max_positions(lm.model)
     if prompt_len + max_new_tokens > limit:
         raise ValueError(f"prompt length + max_new_tokens must be <= {limit} (the model's n_positions), "
                          f"got {prompt_len} + {max_new_tokens}")
+    return int(max_new_tokens)
 
 
 @torch.no_grad()
 def next_token_logits(lm: LoadedModel, prompt: str | Sequence[int]) -> torch.Tensor:
-    """The model's logits for the token after ``prompt``: shape ``(vocab,)``, float32."""
-    ids = torch.tensor([_prompt_ids(lm, prompt)], device=lm.device)
+    """The model's logits for the token after ``prompt``: shape ``(vocab,)``, float32.
+
+    Raises:
+        ValueError: empty prompt, ids outside the vocabulary, or more tokens than n_positions.
+    """
+    prompt_ids = _prompt_ids(lm, prompt)
+    limit = max_positions(lm.model)
+    if len(prompt_ids) > limit:
+        raise ValueError(f"prompt length must be <= {limit} (the model's n_positions), got {len(prompt_ids)}")
+    ids = torch.tensor([prompt_ids], device=lm.device)
     logits, _ = model_forward(lm.model, ids, use_cache=False)
     return logits[0, -1].float()
 
@@ -138,14 +170,17 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
 
     Returns:
         A :class:`GenerationResult`; ``text`` is the new text only, cut before a stop string.
+        One call makes one sample: ``params.n`` is ignored (``LLMEngine`` makes ``n``).
 
     Raises:
-        ValueError: empty prompt, ids outside the vocabulary, or a length beyond the model's
-            position limit.
+        ValueError: empty prompt, ids outside the vocabulary, a length beyond the model's
+            position limit (prompt + max_new_tokens <= n_positions), ``top_n < 0``.
     """
+    _check_params(params)
     ids = _prompt_ids(lm, prompt)
-    max_new = params.max_tokens if max_new_tokens is None else max_new_tokens
-    _check_length(lm, len(ids), max_new)
+    max_new = _check_length(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
+    if isinstance(top_n, bool) or not isinstance(top_n, numbers.Integral) or top_n < 0:
+        raise ValueError(f"top_n must be an integer >= 0, got {top_n!r}")
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     eos = None if params.ignore_eos else lm.eos_token_id
@@ -229,9 +264,12 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     Returns:
         One :class:`GenerationResult` per prompt (no per-step records).
     """
+    _check_params(params)
+    if isinstance(prompts, str) or len(prompts) == 0:
+        raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
     rows = [_prompt_ids(lm, p) for p in prompts]
-    max_new = params.max_tokens if max_new_tokens is None else max_new_tokens
-    _check_length(lm, max(len(r) for r in rows), max_new)
+    max_new = _check_length(lm, max(len(r) for r in rows),
+                            params.max_tokens if max_new_tokens is None else max_new_tokens)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
@@ -254,9 +292,7 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
                 continue
             seqs[b].append(tok)
             new[b].append(tok)
-            if eos is not None and tok == eos:
-                done[b], finish[b] = True, "stop"
-            elif params.stop and _stop_hit(lm.decode(new[b]), params.stop) is not None:
+            if eos is not None and tok == eos or params.stop and _stop_hit(lm.decode(new[b]), params.stop) is not None:
                 done[b], finish[b] = True, "stop"
         if all(done):
             break
@@ -285,10 +321,11 @@ def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
     recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2`` (seed 001, KV cache).
 
     Raises:
-        ValueError: ``prompt_len < 1`` or ``new_tokens < 1``.
+        ValueError: ``prompt_len`` or ``new_tokens`` not an integer >= 1.
     """
-    if prompt_len < 1 or new_tokens < 1:
-        raise ValueError(f"prompt_len and new_tokens must be >= 1, got {prompt_len}, {new_tokens}")
+    for name, value in (("prompt_len", prompt_len), ("new_tokens", new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if use_cache:
         return prompt_len + new_tokens - 1
     return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2

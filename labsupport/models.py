@@ -8,6 +8,7 @@ the machine is online; offline it fails with a message naming the shipped models
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,10 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'mps' or a torch.device, got {device!r}") from err
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device must be one available here ('auto', 'cpu'), got {device!r}: "
                          "CUDA is not available")
@@ -96,6 +100,21 @@ def resolve_path(name_or_path: str | os.PathLike) -> str:
                 "`python -m labsupport.train` to rebuild it")
         return str(path)
     return key
+
+
+@contextmanager
+def _quiet_progress(active: bool):
+    """Hide transformers' progress bars while loading a local model (hub downloads keep theirs)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if active and was_enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if active and was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_model(name_or_path: str | os.PathLike = "tiny-gpt2", device: str | torch.device = "auto",
@@ -122,8 +141,9 @@ def load_model(name_or_path: str | os.PathLike = "tiny-gpt2", device: str | torc
     local = Path(path).is_dir()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local,
-                                                     dtype=dtype or torch.float32)
+        with _quiet_progress(local):  # no "Loading weights" bar in chapter outputs for shipped models
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local,
+                                                         dtype=dtype or torch.float32)
     except OSError as err:
         raise ValueError(
             f"name_or_path must be a shipped model {sorted(SHIPPED)}, a local folder, or a "

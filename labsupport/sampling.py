@@ -13,6 +13,10 @@ The pipeline order is the one of seed 001 (Chapter 08, "꼬리 자르기") and o
 so top-p and min-p see the *temperature-scaled* distribution (case C03). Temperature 0 means
 greedy: the arg-max of the penalised logits, with no division at all (case C06).
 
+``-inf`` is a removed candidate. Logits holding NaN or ``+inf``, or a row whose candidates are
+all ``-inf``, have no distribution to sample from: every function here raises ``ValueError``
+for them rather than returning NaN probabilities or a silent arg-max of garbage.
+
 Sources: temperature softmax and entropy/perplexity (seed 001 §2); top-k (Fan et al., 2018);
 top-p / nucleus (Holtzman et al., 2019); min-p (Nguyen et al., 2024); repetition penalty
 (Keskar et al., 2019, CTRL).
@@ -21,6 +25,7 @@ top-p / nucleus (Holtzman et al., 2019); min-p (Nguyen et al., 2024); repetition
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -32,7 +37,11 @@ NEG_INF = float("-inf")
 # ----------------------------------------------------------------------------- helpers
 
 def _as_2d(logits: torch.Tensor) -> torch.Tensor:
-    """float32 view of ``logits`` as ``(batch, vocab)``."""
+    """float32 view of ``logits`` as ``(batch, vocab)``.
+
+    ``-inf`` marks a removed candidate; NaN, ``+inf`` and a row with no finite logit are
+    rejected (they would turn every probability into NaN).
+    """
     if not isinstance(logits, torch.Tensor):
         logits = torch.as_tensor(logits, dtype=torch.float32)
     if logits.dim() == 1:
@@ -41,7 +50,16 @@ def _as_2d(logits: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"logits must have shape (vocab,) or (batch, vocab), got {tuple(logits.shape)}")
     if logits.shape[-1] == 0:
         raise ValueError("logits must have at least one candidate (vocab >= 1), got vocab 0")
-    return logits.float()
+    z = logits.float()
+    for bad, name in ((torch.isnan(z), "NaN"), (z == math.inf, "+inf")):
+        if bad.any():
+            row, col = torch.nonzero(bad)[0].tolist()
+            raise ValueError(f"logits must be finite or -inf (a removed candidate), got {name} at row {row}, id {col}")
+    empty = ~torch.isfinite(z).any(dim=-1)
+    if empty.any():
+        raise ValueError(f"logits must keep at least one finite candidate per row, "
+                         f"got row {int(torch.nonzero(empty)[0])} all -inf")
+    return z
 
 
 def _restore(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -62,7 +80,8 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
         logits: ``(batch, vocab)`` or ``(vocab,)``.
         prev_ids: token ids already in each sequence: ``(batch, seq)`` tensor, or a list of
             id lists (one per row), or one flat list for a single row.
-        penalty: θ ≥ 1 penalises, 1 disables; values in (0, 1) *reward* repeats.
+        penalty: θ ≥ 1 penalises, 1 disables; values in (0, 1) *reward* repeats. A result
+            beyond float32's range saturates at ±3.4e38 (it never becomes ±inf).
 
     Raises:
         ValueError: ``penalty`` is not > 0, or an id is outside the vocabulary.
@@ -80,7 +99,9 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
         if idx.min() < 0 or idx.max() >= vocab:
             raise ValueError(f"prev_ids must be token ids in [0, {vocab}), got {idx.min().item()}..{idx.max().item()}")
         seen = z[b, idx]
-        z[b, idx] = torch.where(seen > 0, seen / penalty, seen * penalty)
+        moved = torch.where(seen > 0, seen / penalty, seen * penalty)
+        big = torch.finfo(torch.float32).max                      # a huge θ must not make ±inf
+        z[b, idx] = torch.where(torch.isfinite(seen), moved.clamp(-big, big), seen)
     return _restore(z, logits)
 
 
@@ -89,7 +110,7 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
     The row maximum is subtracted *before* dividing, which leaves the softmax unchanged
     (shift invariance) and keeps tiny temperatures finite: the winner stays at 0, the others
-    go towards ``-inf``.
+    go towards ``-inf`` (even when T underflows float32, e.g. 1e-320).
 
     Args:
         logits: ``(batch, vocab)`` or ``(vocab,)``.
@@ -98,12 +119,12 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     Raises:
         ValueError: T is not a finite number > 0.
     """
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+    if not (_is_real(temperature) and math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number > 0 here (0 means greedy in sample()), got {temperature!r}")
     z = _as_2d(logits)
-    top = z.max(dim=-1, keepdim=True).values
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    return _restore((z - top) / float(temperature), logits)
+    top = z.max(dim=-1, keepdim=True).values                       # finite: _as_2d checked
+    scaled = torch.where(z == top, 0.0, (z - top) / float(temperature))   # 0 / (T → 0 in fp32) is not NaN
+    return _restore(scaled, logits)
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -115,8 +136,9 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     Raises:
         ValueError: ``top_k`` is not an integer ≥ 0.
     """
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+    if not _is_int(top_k) or top_k < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
+    top_k = int(top_k)
     z = _as_2d(logits)
     if top_k == 0 or top_k >= z.shape[-1]:
         return _restore(z.clone(), logits)
@@ -139,7 +161,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     Raises:
         ValueError: ``top_p`` outside (0, 1].
     """
-    if not (isinstance(top_p, (int, float)) and 0.0 < top_p <= 1.0):
+    if not (_is_real(top_p) and 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r} (use temperature=0 for greedy)")
     z = _as_2d(logits)
     if top_p >= 1.0:
@@ -163,7 +185,7 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     Raises:
         ValueError: ``min_p`` outside [0, 1].
     """
-    if not (isinstance(min_p, (int, float)) and 0.0 <= min_p <= 1.0):
+    if not (_is_real(min_p) and 0.0 <= min_p <= 1.0):
         raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
     z = _as_2d(logits)
     if min_p == 0.0:
@@ -176,10 +198,24 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- parameters
 
+def _is_int(value) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    """A real number (Python or numpy int/float), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0):
+    if not (_is_real(value) and math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def _is_row(ids) -> bool:
+    """A list / tuple / 1-D+ array of ids (as opposed to a single id)."""
+    return isinstance(ids, (list, tuple)) or getattr(ids, "ndim", 0) >= 1
 
 
 def _rows_of_ids(prev_ids, batch: int) -> list[list[int]]:
@@ -189,10 +225,12 @@ def _rows_of_ids(prev_ids, batch: int) -> list[list[int]]:
         rows = [r.tolist() for r in prev_ids]
     else:
         prev_ids = list(prev_ids)
-        if prev_ids and not isinstance(prev_ids[0], (list, tuple, torch.Tensor)):
+        if not prev_ids:                                    # empty history: nothing seen yet
+            rows = [[]]
+        elif not _is_row(prev_ids[0]):
             rows = [list(prev_ids)]
         else:
-            rows = [list(r.tolist() if isinstance(r, torch.Tensor) else r) for r in prev_ids]
+            rows = [list(r.tolist() if hasattr(r, "tolist") else r) for r in prev_ids]
     if len(rows) == 1 and batch > 1:
         rows = rows * batch
     if len(rows) != batch:
@@ -214,7 +252,11 @@ class SamplingParams:
         stop: strings that end generation when they appear in the new text (not included).
         ignore_eos: keep going after the end-of-sequence token.
         n: number of samples per prompt (parallel sampling; the engine shares their prompt blocks).
-        seed: seed of this request's own ``torch.Generator`` (``None`` = caller's generator).
+        seed: seed of this request's own ``torch.Generator`` in [0, 2**63) (``None`` = caller's
+            generator); the engine seeds sample k of ``n`` with ``seed + k``.
+
+    Numbers may be Python or numpy scalars (stored as ``int`` / ``float``); ``stop`` may be one
+    string, a list of strings or ``None``.
 
     Raises:
         ValueError: any field outside its range, naming the field, the value and the range.
@@ -233,32 +275,40 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        if not _is_real(t) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+        if not _is_real(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r} (use temperature=0 for greedy)")
-        if isinstance(self.min_p, bool) or not isinstance(self.min_p, (int, float)) or not 0.0 <= self.min_p <= 1.0:
+        if not _is_real(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p!r}")
         _check_positive("repetition_penalty", self.repetition_penalty)
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+        if not _is_int(self.n) or self.n < 1:
             raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if any(not isinstance(s, str) or s == "" for s in stop):
-            raise ValueError(f"stop must be non-empty strings, got {self.stop!r}")
-        object.__setattr__(self, "stop", stop)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        raw_stop = () if self.stop is None else self.stop
+        stop = (raw_stop,) if isinstance(raw_stop, str) else raw_stop
+        if not isinstance(stop, (list, tuple)) or any(not isinstance(s, str) or s == "" for s in stop):
+            raise ValueError(f"stop must be non-empty strings (one, a list of them, or None), got {self.stop!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")  # noqa: TRY004
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2 ** 63):
+            raise ValueError(f"seed must be an integer in [0, 2**63) or None, got {self.seed!r}")
+        for name, kind in (("temperature", float), ("top_k", int), ("top_p", float), ("min_p", float),
+                           ("repetition_penalty", float), ("max_tokens", int), ("n", int)):
+            object.__setattr__(self, name, kind(getattr(self, name)))   # numpy scalars → int / float
+        object.__setattr__(self, "stop", tuple(stop))
+        if self.seed is not None:
+            object.__setattr__(self, "seed", int(self.seed))
 
     @property
     def greedy(self) -> bool:
         """True when decoding is the arg-max (temperature 0)."""
         return self.temperature == 0
 
-    def replace(self, **changes) -> "SamplingParams":
+    def replace(self, **changes) -> SamplingParams:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
@@ -384,8 +434,13 @@ def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
     """Shannon entropy ``H(p) = -Σ p_i log2 p_i`` in bits, over the last dimension (seed 001 §2).
 
     Zero-probability entries contribute 0 (no NaN). Input ``(..., vocab)``; output ``(...)``.
+
+    Raises:
+        ValueError: ``probs`` contains NaN.
     """
     p = probs.float()
+    if torch.isnan(p).any():
+        raise ValueError("probs must not contain NaN")
     terms = torch.where(p > 0, p * torch.log2(p.clamp_min(torch.finfo(torch.float32).tiny)), torch.zeros_like(p))
     return -terms.sum(dim=-1)
 
@@ -413,7 +468,7 @@ def candidates_for_mass(probs: torch.Tensor, mass: float = 0.9) -> int:
     Raises:
         ValueError: ``mass`` outside (0, 1].
     """
-    if not 0.0 < mass <= 1.0:
+    if not (_is_real(mass) and 0.0 < mass <= 1.0):
         raise ValueError(f"mass must be in (0, 1], got {mass!r}")
     p = torch.sort(probs.float().flatten(), descending=True).values
     csum = torch.cumsum(p, dim=0)
@@ -423,10 +478,14 @@ def candidates_for_mass(probs: torch.Tensor, mass: float = 0.9) -> int:
 def probability_ratio(logit_gap: float, temperature: float) -> float:
     """``p_i / p_j = exp((z_i - z_j) / T)`` for a logit gap at temperature T (seed 001 §2).
 
-    Gap 2 gives ≈ 7.4 at T = 1, ≈ 55 at T = 0.5 and ≈ 2.7 at T = 2.
+    Gap 2 gives ≈ 7.4 at T = 1, ≈ 55 at T = 0.5 and ≈ 2.7 at T = 2. A ratio beyond the
+    float range (e.g. gap 100 at T = 0.01) is ``inf``.
 
     Raises:
         ValueError: temperature not > 0.
     """
     _check_positive("temperature", temperature)
-    return math.exp(logit_gap / temperature)
+    try:
+        return math.exp(logit_gap / temperature)
+    except OverflowError:
+        return math.inf

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from labsupport.sampling import (
@@ -208,6 +208,7 @@ def test_top_p_is_the_minimal_set(row, top_p):
 @given(logit_rows, st.floats(-50, 50), st.floats(0.1, 3.0), unit)
 def test_adding_a_constant_changes_nothing(row, shift, temperature, top_p):
     z = torch.tensor(row)
+    assume(len(set((z + shift).tolist())) == len(set(z.tolist())))   # fp32 rounding must not create a tie
     params = SamplingParams(temperature=temperature, top_p=top_p, min_p=0.05)
     a = probs_from_logits(z, params)
     b = probs_from_logits(z + shift, params)

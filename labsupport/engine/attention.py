@@ -71,8 +71,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
         device, dtype: of the tensors (``dtype`` is the additive mask's, the model's dtype).
 
     Raises:
-        ValueError: lists of different lengths, an empty batch, a query length < 1, or a
-            block table too short for its tokens.
+        ValueError: lists of different lengths, an empty batch, a query length < 1, a negative
+            start position, or a block table too short for its tokens.
     """
     if not (len(query_lens) == len(start_positions) == len(block_tables)) or not query_lens:
         raise ValueError("query_lens, start_positions and block_tables must be non-empty lists of one length, "
@@ -81,6 +81,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
     for b, (q, ctx, table) in enumerate(zip(query_lens, ctx_lens, block_tables)):
         if q < 1:
             raise ValueError(f"query_lens must be >= 1, got {q} for sequence {b}")
+        if start_positions[b] < 0:
+            raise ValueError(f"start_positions must be >= 0, got {start_positions[b]} for sequence {b}")
         if len(table) * block_size < ctx:
             raise ValueError(f"block table of sequence {b} holds {len(table) * block_size} slots, needs {ctx}")
     num_seqs, max_q = len(query_lens), max(query_lens)

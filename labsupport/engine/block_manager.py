@@ -30,6 +30,7 @@ data (copy-on-write, swap) return the block pairs the runner must copy.
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -285,7 +286,7 @@ class BlockManager:
         A prefix hit on a block another sequence holds costs nothing; a hit on a cached
         block takes it out of the evictable set, like a new block.
         """
-        if isinstance(tokens, int):
+        if isinstance(tokens, numbers.Integral):
             return self.blocks_needed(tokens) <= self.num_available_blocks
         hits = self._match_prefix(tokens)
         shared = sum(1 for _, b in hits if self.blocks[b].ref_count > 0)

@@ -17,12 +17,14 @@ the others go on.
 from __future__ import annotations
 
 import itertools
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 import torch
 
+from ..generation import token_id_list
 from ..sampling import GREEDY, SamplingParams, sample
 from .block_manager import BlockManager
 from .metrics import RequestMetrics
@@ -150,7 +152,7 @@ class EngineSnapshot:
     scheduled_tokens: dict[str, int] = field(default_factory=dict)
     preempted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
-    swapped_out: dict[int, int] = field(default_factory=dict)
+    swapped_out: list[tuple[int, int]] = field(default_factory=list)
     swapped_in: dict[int, int] = field(default_factory=dict)
     copied: list[tuple[int, int]] = field(default_factory=list)
 
@@ -172,6 +174,7 @@ class _Request:
     metrics: RequestMetrics
     order: int
     forked: bool = False
+    children: list[str] = field(default_factory=list)     # ids of its forks, in fork order
 
 
 class LLMEngine:
@@ -197,13 +200,19 @@ class LLMEngine:
         if unknown:
             raise ValueError(f"unknown engine settings {unknown}; valid ones are {sorted(names)}")
         self.config = cfg = replace(config or EngineConfig(), **overrides)
+        for name, low in (("num_cpu_blocks", 0), ("seed", 0)):
+            value = getattr(cfg, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         self.lm = lm
         self.tokenizer = getattr(lm, "tokenizer", None)
         model = getattr(lm, "model", lm)
         self.runner = ModelRunner(model, cfg.block_size, cfg.num_blocks, cfg.num_cpu_blocks)
         self.block_manager = BlockManager(cfg.num_blocks, cfg.block_size, cfg.enable_prefix_caching,
                                           cfg.num_cpu_blocks if cfg.preemption_mode == "swap" else 0)
-        budget = cfg.max_num_batched_tokens or max(self.runner.max_positions, cfg.max_num_seqs)
+        budget = cfg.max_num_batched_tokens
+        if budget is None:
+            budget = max(self.runner.max_positions, cfg.max_num_seqs)
         self.scheduler = Scheduler(SchedulerConfig(cfg.max_num_seqs, budget, cfg.preemption_mode,
                                                    cfg.enable_chunked_prefill, cfg.max_prefill_chunk),
                                    self.block_manager)
@@ -235,13 +244,15 @@ class LLMEngine:
             params: sampling settings (``params.max_tokens`` unless ``max_new_tokens`` is given;
                 ``params.n > 1`` forks n samples sharing the prompt's blocks).
             max_new_tokens: most new tokens (overrides ``params.max_tokens``).
-            request_id: default ``"0"``, ``"1"``, … in add order.
-            arrival_time: on the engine's clock; default now.
+            request_id: default ``"0"``, ``"1"``, … in add order (skipping ids already taken).
+            arrival_time: on the engine's clock, not later than now (the engine admits a request
+                at once; it cannot hold one back until a future arrival); default now.
 
         Raises:
             ValueError: bad input (empty prompt, ids outside the vocabulary, a text prompt
-                without a tokenizer, ``max_new_tokens < 1``, a duplicate id). A request that is
-                valid but can never fit is *not* an exception: it finishes with "error".
+                without a tokenizer, ``max_new_tokens < 1``, a duplicate id, an arrival time in
+                the future). A request that is valid but can never fit is *not* an exception:
+                it finishes with "error".
         """
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")  # noqa: TRY004
@@ -250,7 +261,7 @@ class LLMEngine:
                 raise ValueError("prompt must be token ids when the engine has no tokenizer")
             ids, text = self.lm.encode(prompt), prompt
         else:
-            ids = [int(t) for t in prompt]
+            ids = token_id_list(prompt)
             text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
         vocab = self.runner.vocab_size
         if not ids:
@@ -258,12 +269,19 @@ class LLMEngine:
         if min(ids) < 0 or max(ids) >= vocab:
             raise ValueError(f"prompt token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
         max_new = params.max_tokens if max_new_tokens is None else max_new_tokens
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+        if isinstance(max_new, bool) or not isinstance(max_new, numbers.Integral) or max_new < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
-        request_id = str(next(self._ids)) if request_id is None else str(request_id)
+        max_new = int(max_new)
+        if request_id is None:
+            request_id = str(next(self._ids))
+            while request_id in self.requests:                    # the user took this one
+                request_id = str(next(self._ids))
+        request_id = str(request_id)
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         now = self.config.clock()
+        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real) and arrival_time <= now):
+            raise ValueError(f"arrival_time must be a time <= the engine clock now ({now}), got {arrival_time!r}")
         seq = Seq(request_id, ids, max_new)
         req = _Request(seq, params, text, self._generator_for(params, 0),
                        RequestMetrics(now if arrival_time is None else arrival_time), next(self._order))
@@ -291,7 +309,8 @@ class LLMEngine:
         """Add ``n`` copies of a running, decoding request that share its blocks (copy-on-write).
 
         The children ``"{id}.1"``, … continue from the same tokens with their own generators
-        (seeded ``seed + k`` when the request has a seed).
+        (child k seeded ``seed + k`` when the request has a seed). A name already taken by
+        another request is skipped (``"{id}.{k+1}"``, …); the seed still follows k.
 
         Raises:
             ValueError: ``n < 1``, unknown id, or a request that is not decoding right now.
@@ -308,10 +327,13 @@ class LLMEngine:
 
     def _fork(self, req: _Request, n: int) -> list[str]:
         parent, new_ids = req.seq, []
-        start = sum(1 for r in self.requests if r.startswith(parent.seq_id + "."))
         position = self.scheduler.running.index(parent) + 1
-        for k in range(start + 1, start + n + 1):
-            child_id = f"{parent.seq_id}.{k}"
+        for _ in range(n):
+            k = len(req.children) + 1                             # sample index: seed + k
+            suffix = k
+            while f"{parent.seq_id}.{suffix}" in self.requests:
+                suffix += 1
+            child_id = f"{parent.seq_id}.{suffix}"
             child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids),
                         RUNNING, parent.num_computed_tokens)
             self.block_manager.fork(parent.seq_id, child_id)
@@ -320,6 +342,7 @@ class LLMEngine:
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
             self.requests[child_id] = _Request(child, req.params, req.prompt, self._generator_for(req.params, k),
                                                metrics, next(self._order), forked=True)
+            req.children.append(child_id)
             new_ids.append(child_id)
         req.forked = True
         return new_ids
@@ -453,15 +476,16 @@ class LLMEngine:
         Raises:
             ValueError: as :meth:`add_request`.
         """
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if hasattr(prompts, "tolist"):                              # a tensor / array of ids
+            prompts = prompts.tolist()
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], numbers.Integral)):
             prompts = [prompts]
         ids = [self.add_request(p, params, max_new_tokens) for p in prompts]
         self.run()
         result = []
         for rid in ids:
             result.append(self.output(rid))
-            children = [r for r in self.requests if r.startswith(rid + ".")]
-            result += [self.output(c) for c in sorted(children, key=lambda r: self.requests[r].order)]
+            result += [self.output(c) for c in self.requests[rid].children]
         return result
 
     # ------------------------------------------------------------------ state for figures
@@ -478,7 +502,7 @@ class LLMEngine:
             swapped=[s.seq_id for s in sch.swapped],
             scheduled_tokens={s.seq.seq_id: s.num_tokens for s in out.scheduled},
             preempted=list(out.preempted), finished=list(self._last_finished),
-            swapped_out=dict(out.blocks_to_swap_out), swapped_in=dict(out.blocks_to_swap_in),
+            swapped_out=list(out.blocks_to_swap_out), swapped_in=dict(out.blocks_to_swap_in),
             copied=list(out.blocks_to_copy))
 
 

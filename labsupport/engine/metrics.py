@@ -16,6 +16,8 @@ engine, a virtual clock in the simulators). From them:
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -114,7 +116,8 @@ def goodput(metrics: Iterable[RequestMetrics], ttft_slo: float | None = None,
         ValueError: an SLO bound that is not > 0.
     """
     for name, value in (("ttft_slo", ttft_slo), ("tpot_slo", tpot_slo)):
-        if value is not None and not value > 0:
+        if value is not None and not (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                                      and math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be > 0 seconds or None, got {value!r}")
     metrics = list(metrics)
     span = _window(metrics)
@@ -124,7 +127,11 @@ def goodput(metrics: Iterable[RequestMetrics], ttft_slo: float | None = None,
 
 def summarize(metrics: Iterable[RequestMetrics], ttft_slo: float | None = None,
               tpot_slo: float | None = None) -> dict[str, float]:
-    """Mean / p50 / p90 TTFT and TPOT, throughput and goodput of a run, as a flat dict."""
+    """Mean / p50 / p90 TTFT and TPOT, throughput and goodput of a run, as a flat dict.
+
+    A statistic with no data (no request has a first token, or none has two tokens for TPOT)
+    is ``nan``: "no value", not 0 s. Throughput and goodput are 0 when nothing finished.
+    """
     metrics = list(metrics)
 
     def pct(values: list[float], q: float) -> float:

@@ -69,9 +69,10 @@ class ModelRunner:
         if getattr(cfg, "model_type", None) != "gpt2":
             raise ValueError(f"model must be a GPT-2-family model (config.model_type 'gpt2'), "
                              f"got {getattr(cfg, 'model_type', type(model).__name__)!r}")
-        for name, value in (("block_size", block_size), ("num_blocks", num_blocks)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name, value, low in (("block_size", block_size, 1), ("num_blocks", num_blocks, 1),
+                                 ("num_cpu_blocks", num_cpu_blocks, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         self.model = model
         self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -127,14 +128,19 @@ class ModelRunner:
             ``all_logits`` ``(N, vocab)`` with the rows of sequence 0 first.
 
         Raises:
-            ValueError: a position past the model's ``n_positions``, or bad metadata.
+            ValueError: an empty batch, a token id outside the vocabulary, a position past the
+                model's ``n_positions``, or bad metadata.
         """
+        if len(token_ids) == 0:
+            raise ValueError("token_ids must hold at least one sequence, got an empty batch")
         query_lens = [len(t) for t in token_ids]
         ends = [s + q for s, q in zip(start_positions, query_lens)]
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype)
         flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
+        if flat.min() < 0 or flat.max() >= self.vocab_size:
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {flat.min().item()}..{flat.max().item()}")
         hidden = self.hidden_states(flat, meta)                                   # (N, E)
         if not all_logits:
             last = torch.cumsum(torch.tensor(query_lens, device=self.device), 0) - 1
@@ -170,14 +176,15 @@ class ModelRunner:
             self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
 
     @torch.inference_mode()
-    def swap_out(self, mapping: Mapping[int, int]) -> None:
-        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}``)."""
-        if not mapping:
+    def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
+        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs)."""
+        pairs = list(mapping.items() if isinstance(mapping, Mapping) else mapping)
+        if not pairs:
             return
         if self.cpu_cache is None:
             self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
-        src = torch.tensor(list(mapping.keys()), device=self.device)
-        dst = torch.tensor(list(mapping.values()))
+        src = torch.tensor([s for s, _ in pairs], device=self.device)
+        dst = torch.tensor([d for _, d in pairs])
         self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
 
     @torch.inference_mode()

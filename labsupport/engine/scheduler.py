@@ -148,14 +148,15 @@ class SchedulerOutput:
     Attributes:
         scheduled: what runs, running sequences first.
         preempted: ids preempted this step (recomputed or swapped).
-        blocks_to_swap_out: ``{device_block: cpu_block}`` to copy before anything else.
+        blocks_to_swap_out: ``(device_block, cpu_block)`` pairs to copy before anything else (a
+            list, not a dict: two preempted forks sharing a block each copy it to their own CPU block).
         blocks_to_swap_in: ``{cpu_block: device_block}`` to copy next.
         blocks_to_copy: ``(src, dst)`` copy-on-write pairs to copy before the forward.
     """
 
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
-    blocks_to_swap_out: dict[int, int] = field(default_factory=dict)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
     blocks_to_swap_in: dict[int, int] = field(default_factory=dict)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
 
@@ -299,7 +300,7 @@ class Scheduler:
         out.preempted.append(seq.seq_id)
         decoding = seq.output_ids and seq.num_computed_tokens == bm.num_tokens(seq.seq_id)
         if self.config.preemption_mode == "swap" and decoding and bm.can_swap_out(seq.seq_id):
-            out.blocks_to_swap_out.update(bm.swap_out(seq.seq_id))
+            out.blocks_to_swap_out.extend(bm.swap_out(seq.seq_id).items())
             seq.status = SWAPPED
             self.swapped.appendleft(seq)                        # victims go youngest first: oldest ends in front
         else:                                                   # recompute later from scratch
