@@ -4,7 +4,8 @@
 
 Needs Debian's ``chromium`` (``apt-get install chromium``) and the Python package
 ``playwright`` in the interpreter that runs this script (never ``playwright install``: the
-system Chromium is used). JupyterLab is started from ``.venv`` on a free loopback port.
+system Chromium is used). JupyterLab is started from ``.venv`` on a free loopback port, on a scratch copy of the
+notebooks (so autosave never writes outputs into the committed chapters).
 
 For each notebook it saves, under ``--out/<notebook stem>/``:
   ``00_after_run_all.png``          the whole page after "Run All Cells";
@@ -23,9 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -41,14 +44,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_lab(port: int) -> subprocess.Popen:
+def start_lab(port: int, root_dir: Path) -> subprocess.Popen:
+    """JupyterLab on ``root_dir`` (a scratch copy: autosave must never touch the committed chapters)."""
     jupyter = ROOT / ".venv" / "bin" / "jupyter"
     cmd = [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
-           f"--ServerApp.root_dir={ROOT}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": f"/tmp/browser_check_workspaces_{port}"}
+           f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(root_dir / ".workspaces")}
     log = open(f"/tmp/browser_check_lab_{port}.log", "w")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root_dir, start_new_session=True,
                             env=env)
     for _ in range(120):
         try:
@@ -96,7 +100,10 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
         has_panel = cell.query_selector(".widget-slider, .js-plotly-plot, .jupyter-widgets, .widget-button")
         if not has_panel:
             continue
-        cell.scroll_into_view_if_needed()
+        try:
+            cell.scroll_into_view_if_needed(timeout=5000)
+        except Exception:  # noqa: BLE001 - JupyterLab hides far-away cells; scroll with JS instead
+            cell.evaluate("e => e.scrollIntoView()")
         time.sleep(0.5)
         base = out / f"cell_{i:02d}.png"
         cell.screenshot(path=str(base))
@@ -139,7 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     port = free_port()
-    lab = start_lab(port)
+    scratch = Path(tempfile.mkdtemp(prefix="browser_check_"))
+    for nb in args.notebooks:
+        rel = Path(os.path.relpath(Path(nb).resolve(), ROOT))
+        (scratch / rel.parent).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, scratch / rel)
+    lab = start_lab(port, scratch)
     reports, console_errors = [], []
     try:
         with sync_playwright() as pw:
@@ -149,11 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             for nb in args.notebooks:
                 rel = os.path.relpath(Path(nb).resolve(), ROOT)
                 reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout))
-                # close the kernel so the next notebook starts clean
-                page.keyboard.press("Control+Shift+Q") if False else None
             browser.close()
     finally:
         os.killpg(lab.pid, 15)
+        shutil.rmtree(scratch, ignore_errors=True)
     ignored = ("favicon", "Failed to load resource", "net::ERR")
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     print(json.dumps({"reports": reports, "console_errors": console_errors[:20]}, indent=2))

@@ -27,7 +27,8 @@ def _pyproject() -> dict[str, str]:
 
 def _conda() -> dict[str, str]:
     deps = {}
-    for line in (ROOT / "environment.yml").read_text().splitlines():
+    text = (ROOT / "environment.yml").read_text()
+    for line in text[text.index("dependencies:"):].splitlines():
         m = re.match(r"^\s{2}- ([A-Za-z0-9_.\-]+)(.*)$", line)
         if m and m.group(1) not in ("python", "pip"):
             deps[m.group(1).lower().replace("_", "-")] = m.group(1) + m.group(2)

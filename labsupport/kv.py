@@ -1,0 +1,391 @@
+"""How big the KV cache is, and where the time of a decode step goes (no torch needed).
+
+Three pieces of arithmetic, each from the seeds:
+
+* **KV bytes** (seed 001, "KV 캐시는 얼마나 클까")::
+
+      KV bytes = 2 × L × H_kv × d_head × s × b × (bytes per element)
+
+  2 = K and V, ``L`` layers, ``H_kv`` KV heads, ``d_head`` head dimension, ``s`` sequence length
+  (tokens), ``b`` batch (concurrent requests). MHA has ``H_kv = H``, GQA shares one KV head
+  between a group of query heads, MQA keeps a single KV head.
+* **Roofline of prefill and decode** (seed 001, "숫자로 보기: Llama 3 8B on H100"): a token
+  costs ≈ ``2N`` FLOPs; a decode step must read every weight once, so at batch 1 it takes
+  ``weight bytes / bandwidth``; the ridge point is ``peak FLOP/s / bandwidth``.
+* **Step time of a batch** (seed 000, 5.3.1): ``t(B) = (W + B·K) / BW`` and throughput
+  ``B / t(B)``, saturating at ``BW / K``.
+
+Plus the count of K,V positions computed with and without a cache, as seed 001's animation
+counts them (:func:`kv_positions_computed`).
+
+Units: bytes are plain bytes (``format_bytes`` prints binary KiB/MiB/GiB as the seed's table
+does); bandwidths are bytes/s, FLOP rates FLOP/s, times seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+#: Bits per stored element for each KV-cache (or weight) precision.
+DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
+
+ATTENTION_KINDS = ("MHA", "GQA", "MQA")
+
+# The shipped models' folder (the same as ``labsupport.models.MODELS_DIR``; repeated here so this
+# module imports neither torch nor transformers).
+MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
+SHIPPED_MODELS = ("tiny-gpt2", "tiny-gpt2-draft")
+
+
+def _check_int(name: str, value, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def dtype_bits(dtype: str) -> int:
+    """Bits per element of a precision name (``"fp16"``, ``"fp8"``, ``"int4"``, …).
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+    """
+    if dtype not in DTYPE_BITS:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BITS)}, got {dtype!r}")
+    return DTYPE_BITS[dtype]
+
+
+# ----------------------------------------------------------------------------- model shapes
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the KV-cache size depends on, plus the parameter count for the weights.
+
+    Attributes:
+        name: display name.
+        n_layers: ``L``, transformer blocks.
+        n_heads: query heads ``H``.
+        n_kv_heads: KV heads ``H_kv`` (``H`` for MHA, ``1`` for MQA, in between for GQA).
+        head_dim: ``d_head``.
+        n_params: parameters ``N`` (for the weight bytes and the 2N FLOPs per token).
+        gqa_kv_heads: KV heads this model uses when switched to GQA (its own for a GQA model;
+            ``H // 4`` — groups of four query heads, as in Llama 3 8B — for an MHA model).
+
+    Raises:
+        ValueError: a non-positive size, or ``n_kv_heads`` that does not divide ``n_heads``.
+    """
+
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_params: int
+    gqa_kv_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        for field_name in ("n_layers", "n_heads", "n_kv_heads", "head_dim", "n_params"):
+            _check_int(field_name, getattr(self, field_name))
+        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
+        if self.gqa_kv_heads is None:
+            gqa = self.n_kv_heads if self.n_kv_heads < self.n_heads else max(1, self.n_heads // 4)
+            object.__setattr__(self, "gqa_kv_heads", gqa)
+
+    @property
+    def attention(self) -> str:
+        """``"MHA"``, ``"GQA"`` or ``"MQA"`` from the head counts."""
+        if self.n_kv_heads == self.n_heads:
+            return "MHA"
+        return "MQA" if self.n_kv_heads == 1 else "GQA"
+
+    def with_attention(self, kind: str) -> ModelShape:
+        """The same model with ``kind`` attention: MHA (``H_kv = H``), GQA (``gqa_kv_heads``) or MQA (1).
+
+        Raises:
+            ValueError: ``kind`` not in ``("MHA", "GQA", "MQA")``.
+        """
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        kv = {"MHA": self.n_heads, "GQA": self.gqa_kv_heads, "MQA": 1}[kind]
+        return replace(self, n_kv_heads=kv)
+
+
+#: The models of seed 001's table (parameter counts: the released checkpoints).
+PRESETS: dict[str, ModelShape] = {
+    "GPT-2 small": ModelShape("GPT-2 small", n_layers=12, n_heads=12, n_kv_heads=12, head_dim=64,
+                              n_params=124_439_808),
+    "Llama 2 7B": ModelShape("Llama 2 7B", n_layers=32, n_heads=32, n_kv_heads=32, head_dim=128,
+                             n_params=6_738_415_616),
+    "Llama 3 8B": ModelShape("Llama 3 8B", n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                             n_params=8_030_261_248),
+    "Llama 3 70B": ModelShape("Llama 3 70B", n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128,
+                              n_params=70_553_706_496),
+}
+
+
+def gpt2_param_count(n_layer: int, n_embd: int, vocab_size: int, n_positions: int) -> int:
+    """Parameters of a GPT-2 with tied input/output embeddings (as ``GPT2LMHeadModel`` counts them).
+
+    Token + position embeddings, per block ``12·d² + 13·d`` (attention qkv + proj, MLP 4d,
+    two layer norms, biases), and the final layer norm ``2·d``.
+    """
+    d = n_embd
+    return vocab_size * d + n_positions * d + n_layer * (12 * d * d + 13 * d) + 2 * d
+
+
+def shape_from_config(config, name: str = "model") -> ModelShape:
+    """A :class:`ModelShape` from a Hugging Face config: a ``PretrainedConfig``, a dict, or the
+    path of a model folder / ``config.json``.
+
+    GPT-2 style keys (``n_layer``, ``n_head``, ``n_embd``) and Llama style keys
+    (``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``hidden_size``)
+    are both read. The parameter count uses :func:`gpt2_param_count` for GPT-2 configs.
+
+    Raises:
+        ValueError: a config without layer / head / width fields, or a non-GPT-2 config
+            (whose parameter count is not derived here).
+    """
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        path = path / "config.json" if path.is_dir() else path
+        config = json.loads(path.read_text())
+    cfg = config if isinstance(config, dict) else config.to_dict()
+    layers = cfg.get("n_layer", cfg.get("num_hidden_layers"))
+    heads = cfg.get("n_head", cfg.get("num_attention_heads"))
+    width = cfg.get("n_embd", cfg.get("hidden_size"))
+    if layers is None or heads is None or width is None:
+        raise ValueError(f"config must give the number of layers, heads and the width, got keys {sorted(cfg)}")
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or width // heads
+    if cfg.get("model_type") != "gpt2":
+        raise ValueError(f"config must be a GPT-2 config (model_type 'gpt2') to count its parameters, "
+                         f"got model_type {cfg.get('model_type')!r}; build a ModelShape by hand instead")
+    params = gpt2_param_count(layers, width, cfg["vocab_size"], cfg["n_positions"])
+    return ModelShape(name, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
+                      n_params=params)
+
+
+def preset(name: str) -> ModelShape:
+    """One of :data:`PRESETS`, or ``"tiny-gpt2"`` / ``"tiny-gpt2-draft"`` read from the shipped config.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name in PRESETS:
+        return PRESETS[name]
+    if name in SHIPPED_MODELS:
+        return shape_from_config(MODELS_DIR / name, name=name)
+    raise ValueError(f"preset must be one of {sorted(PRESETS) + list(SHIPPED_MODELS)}, got {name!r}")
+
+
+# ----------------------------------------------------------------------------- KV bytes
+
+def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "fp16") -> int:
+    """Bytes of K and V stored for one token, all layers: ``2 · L · H_kv · d_head · bytes``.
+
+    Seed 001: Llama 3 8B in fp16 → 2·32·8·128·2 = 131,072 B = 128 KiB.
+
+    Raises:
+        ValueError: unknown ``kv_dtype``.
+    """
+    elements = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim
+    return elements * dtype_bits(kv_dtype) // 8
+
+
+def kv_bytes(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16") -> int:
+    """Bytes of the whole KV cache for ``batch`` sequences of ``seq_len`` tokens (seed 001 formula).
+
+    Raises:
+        ValueError: ``seq_len`` or ``batch`` < 1, or unknown ``kv_dtype``.
+    """
+    _check_int("seq_len", seq_len)
+    _check_int("batch", batch)
+    return kv_bytes_per_token(shape, kv_dtype) * seq_len * batch
+
+
+def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> int:
+    """Bytes of the weights: ``N × bytes per parameter`` (seed 001's calculator fixes bf16)."""
+    return shape.n_params * dtype_bits(dtype) // 8
+
+
+def format_bytes(n: float) -> str:
+    """Binary units as the seed's table writes them: ``36 KiB``, ``288 MiB``, ``2.5 GiB``."""
+    if n < 0 or not math.isfinite(n):
+        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r}")
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Weights + KV cache of one configuration against an accelerator's memory (all in bytes)."""
+
+    weights: int
+    kv: int
+    kv_per_token: int
+    capacity: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+    @property
+    def kv_over_weights(self) -> float:
+        return self.kv / self.weights
+
+
+def memory_budget(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16",
+                  weight_dtype: str = "bf16", capacity: float = 80e9) -> MemoryBudget:
+    """The KV memory calculator of seed 001: weights (bf16) + KV vs one 80 GB H100.
+
+    Raises:
+        ValueError: as :func:`kv_bytes`; ``capacity`` not > 0.
+    """
+    _check_positive("capacity", capacity)
+    return MemoryBudget(weights=weight_bytes(shape, weight_dtype), kv=kv_bytes(shape, seq_len, batch, kv_dtype),
+                        kv_per_token=kv_bytes_per_token(shape, kv_dtype), capacity=int(capacity))
+
+
+# ----------------------------------------------------------------------------- roofline
+
+@dataclass(frozen=True)
+class Accelerator:
+    """Peak dense FLOP rate (FLOP/s), memory bandwidth (bytes/s) and memory (bytes)."""
+
+    name: str
+    peak_flops: float
+    bandwidth: float
+    memory: float
+
+
+#: Seed 001: H100 SXM, BF16 dense ≈ 989 TFLOPS, HBM3 ≈ 3.35 TB/s, 80 GB.
+H100_SXM = Accelerator("H100 SXM", peak_flops=989e12, bandwidth=3.35e12, memory=80e9)
+
+
+def flops_per_token(n_params: int) -> float:
+    """≈ ``2N`` FLOPs to push one token through a model of ``N`` parameters (one multiply + one add)."""
+    _check_int("n_params", n_params)
+    return 2.0 * n_params
+
+
+def ridge_point(acc: Accelerator = H100_SXM) -> float:
+    """Arithmetic intensity (FLOP/byte) where compute and bandwidth are both saturated: peak / bandwidth.
+
+    Seed 001: 989 / 3.35 ≈ 295 FLOP/byte on an H100.
+    """
+    return acc.peak_flops / acc.bandwidth
+
+
+def decode_intensity(batch: int, bytes_per_param: float = 2.0) -> float:
+    """FLOP/byte of a decode step that reads each weight once for ``batch`` tokens: ``2·batch / bytes``.
+
+    With 2-byte weights this is ≈ ``batch`` (seed 001), ignoring the KV reads.
+    """
+    _check_int("batch", batch)
+    _check_positive("bytes_per_param", bytes_per_param)
+    return 2.0 * batch / bytes_per_param
+
+
+def prefill_time(n_tokens: int, n_params: int, acc: Accelerator = H100_SXM) -> float:
+    """Ideal compute-bound prefill time in seconds: ``n_tokens · 2N / peak``.
+
+    Seed 001: 2,000 tokens of Llama 3 8B on an H100 ≈ 32 ms (≈ 2× that at 40–60 % MFU).
+    """
+    _check_int("n_tokens", n_tokens)
+    return n_tokens * flops_per_token(n_params) / acc.peak_flops
+
+
+def step_time(weight_bytes: float, bandwidth: float, batch: int = 1, kv_bytes_per_request: float = 0.0) -> float:
+    """Bandwidth-bound decode step time in seconds: ``t(B) = (W + B·K) / BW`` (seed 000, 5.3.1).
+
+    Args:
+        weight_bytes: ``W``, bytes of weights read once per step.
+        bandwidth: ``BW``, bytes/s.
+        batch: ``B``, requests in the step (each makes one token).
+        kv_bytes_per_request: ``K``, bytes of KV each request reads (0 = seed 001's weights-only bound).
+
+    Raises:
+        ValueError: ``weight_bytes`` or ``bandwidth`` not > 0, ``batch`` < 1, ``K`` < 0.
+    """
+    _check_positive("weight_bytes", weight_bytes)
+    _check_positive("bandwidth", bandwidth)
+    _check_int("batch", batch)
+    if not math.isfinite(kv_bytes_per_request) or kv_bytes_per_request < 0:
+        raise ValueError(f"kv_bytes_per_request must be a finite number >= 0, got {kv_bytes_per_request!r}")
+    return (weight_bytes + batch * kv_bytes_per_request) / bandwidth
+
+
+def decode_throughput(weight_bytes: float, bandwidth: float, batch: int = 1,
+                      kv_bytes_per_request: float = 0.0) -> float:
+    """Tokens/s of bandwidth-bound decoding: ``B / t(B) = B·BW / (W + B·K)`` (seed 000, 5.3.1)."""
+    return batch / step_time(weight_bytes, bandwidth, batch, kv_bytes_per_request)
+
+
+def throughput_ceiling(kv_bytes_per_request: float, bandwidth: float) -> float:
+    """Limit of :func:`decode_throughput` as ``B → ∞``: ``BW / K`` tokens/s (seed 000: 3.3 TB/s / 0.25 GB ≈ 13,200)."""
+    _check_positive("kv_bytes_per_request", kv_bytes_per_request)
+    _check_positive("bandwidth", bandwidth)
+    return bandwidth / kv_bytes_per_request
+
+
+# ----------------------------------------------------------------------------- counting
+
+def kv_positions_computed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
+    """K,V positions computed to generate ``new_tokens``, counted as seed 001's KV-cache animation does.
+
+    One unit ("token-forward") = one position's K,V computed (in every layer). Step 0 is the
+    prefill: ``P`` positions either way. Steps ``1..n`` each append one generated token, so
+    the cache ends holding all ``P + n`` positions:
+
+    * with a cache each step computes only the new position: ``P + n``;
+    * without one, step ``t`` recomputes the whole sequence of ``P + t``:
+      ``Σ_{t=0}^{n} (P + t) = (n + 1)·P + n(n + 1)/2``.
+
+    P = 12, n = 28 → 754 vs 40, ≈ 18.9× ("about 19×" in the seed).
+
+    This counts one step more than :func:`labsupport.generation.token_forwards`, which counts
+    what :func:`~labsupport.generation.generate` actually runs: the last sampled token is
+    never fed back (``P + n − 1`` and ``Σ_{i=0}^{n−1} (P + i)``: 39 vs 714, ≈ 18.3×).
+
+    Raises:
+        ValueError: ``prompt_len < 1`` or ``new_tokens < 0``.
+    """
+    _check_int("prompt_len", prompt_len)
+    _check_int("new_tokens", new_tokens, low=0)
+    if use_cache:
+        return prompt_len + new_tokens
+    return (new_tokens + 1) * prompt_len + new_tokens * (new_tokens + 1) // 2
+
+
+def kv_saving(prompt_len: int, new_tokens: int) -> float:
+    """How many times fewer positions are computed with a cache: seed 001's "절감 배수" (P=12, n=28 → ≈ 19)."""
+    return kv_positions_computed(prompt_len, new_tokens, False) / kv_positions_computed(prompt_len, new_tokens, True)
+
+
+def kv_step_cells(prompt_len: int, step: int, use_cache: bool) -> tuple[int, int]:
+    """For the cache animation: ``(positions in the sequence, positions computed)`` at ``step``.
+
+    Step 0 is the prefill (``P`` positions, all computed); at step ``t ≥ 1`` the sequence has
+    ``P + t`` positions, of which 1 (cache) or ``P + t`` (no cache) are computed.
+
+    Raises:
+        ValueError: ``prompt_len < 1`` or ``step < 0``.
+    """
+    _check_int("prompt_len", prompt_len)
+    _check_int("step", step, low=0)
+    length = prompt_len + step
+    return length, (length if step == 0 or not use_cache else 1)

@@ -1,0 +1,172 @@
+"""Figures of beam search: the search tree, and how the length penalty reorders finished hypotheses.
+
+Pure functions ``data → go.Figure``. Every figure built here always has the same traces in the
+same order (some may be empty), so a panel can copy a new figure's data into a
+``go.FigureWidget`` in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ..beam import BeamSearchResult, length_normalised_score
+
+FONT = {"size": 15}
+COLOURS = {"kept": "#1f77b4", "pruned": "#b0b0b0", "finished": "#2ca02c", "best": "#d62728", "root": "#444444"}
+
+#: Trace names of :func:`beam_tree_figure`, in order.
+TREE_TRACES = ("pruned edges", "beam edges", "best path", "pruned", "beam", "finished", "prompt")
+
+
+def _visible_nodes(result: BeamSearchResult, max_children: int) -> list[int]:
+    """Node ids to draw: each expanded beam's ``max_children`` most likely children plus every
+    kept or finished one (and anything on the best path)."""
+    best = set(result.path(result.best.node_id)) if result.hypotheses else set()
+    children: dict[int, list[int]] = {}
+    for node in result.nodes[1:]:
+        children.setdefault(node.parent_id, []).append(node.node_id)
+    shown = [0]
+    for kids in children.values():
+        kids = sorted(kids, key=lambda i: result.nodes[i].logprob, reverse=True)
+        for rank, i in enumerate(kids):
+            node = result.nodes[i]
+            if rank < max_children or node.status in ("kept", "finished") or i in best:
+                shown.append(i)
+    return shown
+
+
+def _layout_positions(result: BeamSearchResult, shown: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """x = depth; y = rank within the depth, children grouped under their parent (best on top),
+    each column centred on 0."""
+    by_depth: dict[int, list[int]] = {}
+    for i in shown:
+        by_depth.setdefault(result.nodes[i].depth, []).append(i)
+    pos: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}
+    for depth in sorted(by_depth)[1:]:
+        ids = by_depth[depth]
+        ids.sort(key=lambda i: (pos[result.nodes[i].parent_id][1] * -1, -result.nodes[i].cum_logprob))
+        n = len(ids)
+        for rank, i in enumerate(ids):
+            pos[i] = (float(depth), (n - 1) / 2 - rank)
+    return pos
+
+
+def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str | None = None,
+                     prompt_label: str = "prompt", width: int | None = None) -> go.Figure:
+    """The search tree: nodes are partial hypotheses labelled with their token and cumulative log₂ p.
+
+    Live beams are blue, pruned candidates faded grey, finished hypotheses green squares (EOS)
+    or diamonds (length limit), the best hypothesis's path bold red.
+
+    Args:
+        result: a :class:`~labsupport.beam.BeamSearchResult`.
+        max_children: children drawn per expanded beam besides the kept/finished ones (≥ 1).
+        title: figure title (default: width, α and the best text).
+        prompt_label: label of the root node (its last 16 characters are shown).
+        width: figure width in pixels (default: the container's).
+
+    Raises:
+        ValueError: ``max_children < 1``.
+    """
+    if isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1:
+        raise ValueError(f"max_children must be an integer >= 1, got {max_children!r}")
+    shown = _visible_nodes(result, max_children)
+    pos = _layout_positions(result, shown)
+    best = set(result.path(result.best.node_id)) if result.hypotheses else set()
+    nodes = result.nodes
+
+    def edges(ids):
+        xs, ys = [], []
+        for i in ids:
+            px, py = pos[nodes[i].parent_id]
+            x, y = pos[i]
+            xs += [px, x, None]
+            ys += [py, y, None]
+        return xs, ys
+
+    groups = {"pruned": [], "beam": [], "finished": []}
+    for i in shown[1:]:
+        status = nodes[i].status
+        groups["finished" if status == "finished" else "beam" if status == "kept" else "pruned"].append(i)
+    best_edges = [i for i in shown[1:] if i in best]
+
+    def label(i, numbers=True):
+        node = nodes[i]
+        return f"{node.token} ({node.cum_log2:.1f})" if numbers else node.token
+
+    def hover(i):
+        node = nodes[i]
+        extra = ""
+        if node.score is not None:
+            extra = f"<br>finished ({node.finish_reason}), score {node.score:.3f}"
+        return (f"token {node.token!r} (id {node.token_id})<br>log₂ p(token) = {node.logprob / 0.6931471805599453:.2f}"
+                f"<br>cumulative log₂ p = {node.cum_log2:.2f}<br>status: {node.status}{extra}")
+
+    fig = go.Figure()
+    for name, ids, colour, line_width, opacity in (
+            ("pruned edges", groups["pruned"], COLOURS["pruned"], 1, 0.5),
+            ("beam edges", groups["beam"] + groups["finished"], COLOURS["kept"], 2.5, 1.0),
+            ("best path", best_edges, COLOURS["best"], 6, 0.85)):
+        xs, ys = edges(ids)
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, opacity=opacity, hoverinfo="skip",
+                                 line={"color": colour, "width": line_width}, showlegend=name == "best path"))
+    for name, ids, colour, opacity in (("pruned", groups["pruned"], COLOURS["pruned"], 0.55),
+                                       ("beam", groups["beam"], COLOURS["kept"], 1.0),
+                                       ("finished", groups["finished"], COLOURS["finished"], 1.0)):
+        symbols = ["square" if nodes[i].finish_reason == "stop" else "diamond" for i in ids] \
+            if name == "finished" else "circle"
+        line_w = [4 if i in best else 1 for i in ids]
+        fig.add_trace(go.Scatter(
+            x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", name=name,
+            opacity=opacity, text=[label(i) for i in ids], textposition="middle right",
+            textfont={"size": 14, "color": "#999999" if name == "pruned" else "#111111"},
+            hovertext=[hover(i) for i in ids], hoverinfo="text",
+            marker={"size": 13 if name != "pruned" else 9, "color": colour, "symbol": symbols,
+                        "line": {"color": [COLOURS["best"] if i in best else "white" for i in ids], "width": line_w}}))
+    short = prompt_label if len(prompt_label) <= 16 else "…" + prompt_label[-15:]
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="prompt", text=[short],
+                             textposition="top center", textfont={"size": 14}, hoverinfo="skip",
+                             marker={"size": 15, "color": COLOURS["root"]}, showlegend=False))
+    depth = max((nodes[i].depth for i in shown), default=0)
+    rows = max((sum(1 for i in shown if nodes[i].depth == d) for d in range(depth + 1)), default=1)
+    if title is None and result.hypotheses:
+        b = result.best
+        title = (f"Beam search, B = {result.beam_width}, α = {result.length_penalty:g}: best "
+                 f"{b.text!r} (Σ log₂ p = {b.log2prob:.1f}, score Σ ln p / len^α = {b.score:.2f})")
+    fig.update_layout(title={"text": title, "font": {"size": 17}}, font=FONT, template="plotly_white",
+                      height=max(380, 34 * rows + 140), width=width, margin={"l": 40, "r": 20, "t": 100, "b": 60},
+                      legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"}, hovermode="closest")
+    fig.update_xaxes(title="generated tokens (depth)", range=[-0.5, depth + 1.3], tickvals=list(range(depth + 1)),
+                     zeroline=False)
+    fig.update_yaxes(visible=False, range=[-(rows / 2) - 0.5, rows / 2 + 0.5])
+    return fig
+
+
+def length_penalty_figure(candidates: Sequence[tuple[str, float, int]],
+                          alphas: Sequence[float] | None = None, marked_alpha: float | None = None) -> go.Figure:
+    """Score ``Σ log p / len^α`` of each finished hypothesis as α varies: where lines cross, the winner changes.
+
+    Args:
+        candidates: ``(label, Σ ln p, length)`` per hypothesis.
+        alphas: α values on the x axis (default 0 … 2 in steps of 0.05).
+        marked_alpha: draw a vertical line here (e.g. the panel's current α).
+
+    Raises:
+        ValueError: no candidates, or a length < 1.
+    """
+    if not candidates:
+        raise ValueError("candidates must hold at least one (label, logprob, length), got none")
+    alphas = list(alphas) if alphas is not None else [i / 20 for i in range(41)]
+    fig = go.Figure()
+    for label, logprob, length in candidates:
+        fig.add_trace(go.Scatter(x=alphas, y=[length_normalised_score(logprob, length, a) for a in alphas],
+                                 mode="lines", name=f"{label} (len {length})", line={"width": 3}))
+    if marked_alpha is not None:
+        fig.add_vline(x=marked_alpha, line={"dash": "dash", "color": "#555555"})
+    fig.update_layout(title={"text": "Length normalisation: score = Σ log p / len^α", "font": {"size": 17}},
+                      font=FONT, template="plotly_white", height=420, legend={"font": {"size": 14}})
+    fig.update_xaxes(title="length penalty α")
+    fig.update_yaxes(title="score (nats per len^α)")
+    return fig

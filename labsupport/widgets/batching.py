@@ -1,0 +1,232 @@
+"""Panels of the batching chapter: thin wiring of sliders → simulators / measured results → figures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+
+from ..engine.metrics import RequestMetrics, goodput, meets_slo, request_throughput
+from ..kv import decode_throughput, step_time, throughput_ceiling
+from ..serving_math import batching_report
+from ..sim.batching import simulate_batching, spread_lengths
+from ..sim.serving import latency_stats, poisson_requests, simulate
+from ..viz.batching import (
+    goodput_bars_figure,
+    latency_scatter_figure,
+    latency_summary_figure,
+    slot_gantt_figure,
+    step_time_figure,
+)
+
+
+def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:
+    """A FigureWidget of fixed width: one created while its cell is off screen otherwise renders blank
+    or narrow in JupyterLab (it cannot measure a hidden container)."""
+    fig.update_layout(width=width, autosize=False)
+    return go.FigureWidget(fig)
+
+
+
+def _slider(s: W.Widget, width: str = "420px") -> W.Widget:
+    s.style.description_width = "130px"
+    s.layout.width = width
+    return s
+
+
+def _text(*lines: str) -> str:
+    return "<div style='font-size:16px; line-height:1.5'>" + "<br>".join(lines) + "</div>"
+
+
+# ----------------------------------------------------------------------------- step time
+
+def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: float = 3.3) -> W.VBox:
+    """``t(B) = (W + B·K) / BW`` with sliders for ``K`` (KV per request) and ``W`` (seed 000 §5.3.1)."""
+    kv = _slider(W.FloatSlider(value=kv_gb, min=0.01, max=2.0, step=0.01, description="K (GB/request)",
+                               continuous_update=False))
+    wt = _slider(W.FloatSlider(value=weight_gb, min=1.0, max=140.0, step=1.0, description="W (GB weights)",
+                               continuous_update=False))
+    batches = list(range(1, 257))
+
+    def data():
+        w, k, bw = wt.value * 1e9, kv.value * 1e9, bandwidth_tbs * 1e12
+        ms = [1e3 * step_time(w, bw, b, k) for b in batches]
+        tps = [decode_throughput(w, bw, b, k) for b in batches]
+        return ms, tps, throughput_ceiling(k, bw)
+
+    ms, tps, ceil = data()
+    fig = _figure_widget(step_time_figure(batches, ms, tps, ceiling=ceil, marks=(1, 64, 240)))
+    info = W.HTML()
+
+    def redraw(_=None) -> None:
+        ms, tps, ceil = data()
+        with fig.batch_update():
+            fig.data[0].y, fig.data[1].y = ms, tps
+            for i, b in enumerate((1, 64, 240)):
+                fig.data[2 + 2 * i].y, fig.data[2 + 2 * i].text = [ms[b - 1]], [f"{ms[b - 1]:.1f} ms"]
+                fig.data[3 + 2 * i].y, fig.data[3 + 2 * i].text = [tps[b - 1]], [f"{tps[b - 1]:,.0f}"]
+            fig.layout.shapes[0].y0 = fig.layout.shapes[0].y1 = ceil
+            fig.layout.annotations[-1].text = f"BW/K ≈ {ceil:,.0f} tok/s"
+            fig.layout.annotations[-1].y = ceil
+        info.value = _text(f"t(1) = {ms[0]:.2f} ms, t(64) = {ms[63]:.2f} ms → throughput ×{tps[63] / tps[0]:.1f}; "
+                           f"ceiling BW/K = {ceil:,.0f} tokens/s")
+
+    kv.observe(redraw, "value")
+    wt.observe(redraw, "value")
+    redraw()
+    return W.VBox([W.HBox([wt, kv]), info, fig])
+
+
+# ----------------------------------------------------------------------------- static vs continuous
+
+def _gantt_traces(run):
+    segs = run.segments
+    lens = run.output_lens
+    thr = float(np.median(lens))
+    colours = ["#ff7f0e" if lens[s.request_id] > thr else "#1f77b4" for s in segs]
+    hover = [f"request {s.request_id}: steps {s.start}–{s.end - 1}, {lens[s.request_id]} tokens" for s in segs]
+    return ([s.slot for s in segs], [s.end - s.start for s in segs], [s.start for s in segs], colours, hover)
+
+
+def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 225, spread: float = 7 / 9,
+                 seed: int = 0) -> W.VBox:
+    """Static vs continuous batching of a bimodal workload, on slots (seed 000 §5.3.4).
+
+    Half the requests produce ``mean·(1 − spread)`` tokens, half ``mean·(1 + spread)``
+    (alternating, so every static batch holds both kinds as in the seed's example).
+    Sliders: length spread, batch size, number of requests. Shows both Gantt charts, the
+    simulated step counts and the closed form of :func:`labsupport.serving_math.batching_report`.
+    """
+    spread_s = _slider(W.FloatSlider(value=spread, min=0.0, max=0.95, step=0.01, description="length spread",
+                                     continuous_update=False))
+    bsz = _slider(W.IntSlider(value=batch_size, min=2, max=32, step=2, description="batch size",
+                              continuous_update=False))
+    nreq = _slider(W.IntSlider(value=num_requests, min=8, max=128, step=8, description="requests",
+                               continuous_update=False))
+    info = W.HTML()
+
+    def runs():
+        short, long = spread_lengths(mean_len, spread_s.value)
+        lens = [short if i % 2 == 0 else long for i in range(nreq.value)]
+        return lens, {p: simulate_batching(lens, bsz.value, p) for p in ("static", "continuous")}
+
+    lens, rs = runs()
+    panels = {f"{p} batching": r.segments for p, r in rs.items()}
+    fig = _figure_widget(slot_gantt_figure(panels, batch_size=bsz.value, lengths=dict(enumerate(lens)),
+                                            num_steps={f"{p} batching": r.num_steps for p, r in rs.items()},
+                                            title="Slots over time (blue = short request, orange = long, grey = idle)"))
+
+    def redraw(_=None) -> None:
+        lens, rs = runs()
+        b = bsz.value
+        with fig.batch_update():
+            for i, (p, r) in enumerate(rs.items()):
+                bg, fg = fig.data[2 * i], fig.data[2 * i + 1]
+                bg.y, bg.x, bg.base = list(range(b)), [r.num_steps] * b, [0] * b
+                y, x, base, colours, hover = _gantt_traces(r)
+                fg.y, fg.x, fg.base, fg.hovertext = y, x, base, hover
+                fg.marker.color = colours
+            fig.layout.height = 120 + 2 * max(180, 22 * b + 80)            # as slot_gantt_figure sizes it
+        st, co = rs["static"], rs["continuous"]
+        rep = batching_report(lens, b)
+        short, long = spread_lengths(mean_len, spread_s.value)
+        info.value = _text(
+            f"lengths {short} and {long} tokens, batch {b}, {len(lens)} requests",
+            f"<b>static</b>: {st.num_steps} steps, utilisation {100 * st.utilisation:.1f} % "
+            f"(closed form {100 * rep.utilisation:.1f} %)",
+            f"<b>continuous</b>: {co.num_steps} steps, utilisation {100 * co.utilisation:.1f} %",
+            f"speed-up simulated ×{st.num_steps / co.num_steps:.2f}; closed form (endless queue) "
+            f"×{rep.speedup:.2f}")
+
+    for s in (spread_s, bsz, nreq):
+        s.observe(redraw, "value")
+    redraw()
+    return W.VBox([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), fig])
+
+
+# ----------------------------------------------------------------------------- goodput
+
+def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: float = 200.0,
+                tpot_slo_ms: float = 20.0) -> W.VBox:
+    """TTFT / TPOT SLO sliders over measured runs: per-request scatter, throughput vs goodput bars.
+
+    Args:
+        results: ``{configuration: [RequestMetrics of each request]}`` — e.g. real-engine runs
+            at several ``max_num_seqs``; goodput is :func:`labsupport.engine.metrics.goodput`.
+        ttft_slo_ms, tpot_slo_ms: initial targets.
+    """
+    names = list(results)
+    points = {n: ([1e3 * m.ttft for m in ms], [1e3 * (m.tpot or 0.0) for m in ms]) for n, ms in results.items()}
+    top_ttft = max([max(p[0]) for p in points.values()] + [ttft_slo_ms])
+    top_tpot = max([max(p[1]) for p in points.values()] + [tpot_slo_ms])
+    ttft_s = _slider(W.FloatSlider(value=ttft_slo_ms, min=1.0, max=round(top_ttft * 1.2, 0), step=1.0,
+                                   description="TTFT SLO (ms)", continuous_update=False))
+    tpot_s = _slider(W.FloatSlider(value=tpot_slo_ms, min=0.1, max=round(top_tpot * 1.2, 1), step=0.1,
+                                   description="TPOT SLO (ms)", continuous_update=False))
+    scatter = _figure_widget(latency_scatter_figure(points, ttft_s.value, tpot_s.value), width=520)
+
+    def goodputs() -> list[float]:
+        return [goodput(ms, ttft_s.value / 1e3, tpot_s.value / 1e3) for ms in results.values()]
+
+    rates = [request_throughput(ms) for ms in results.values()]
+    good = goodputs()
+    bars = _figure_widget(goodput_bars_figure(names, rates, good), width=440)
+    info = W.HTML()
+
+    def redraw(_=None) -> None:
+        good = goodputs()
+        with scatter.batch_update():
+            scatter.layout.shapes[0].x1 = ttft_s.value
+            scatter.layout.shapes[0].y1 = tpot_s.value
+        with bars.batch_update():
+            bars.data[1].y = good
+            bars.data[1].text = [f"{g:.2f}" for g in good]
+        lines = []
+        for n, ms, g, r in zip(names, results.values(), good, rates):
+            ok = sum(meets_slo(m, ttft_s.value / 1e3, tpot_s.value / 1e3) for m in ms)
+            lines.append(f"<b>{n}</b>: {ok}/{len(ms)} requests within the SLO, goodput {g:.2f} of {r:.2f} req/s")
+        info.value = _text(*lines)
+
+    ttft_s.observe(redraw, "value")
+    tpot_s.observe(redraw, "value")
+    redraw()
+    return W.VBox([W.HBox([ttft_s, tpot_s]), info, W.HBox([scatter, bars])])
+
+
+# ----------------------------------------------------------------------------- disaggregation
+
+def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 512, num_requests: int = 200,
+                       seed: int = 0) -> W.VBox:
+    """Colocated vs chunked prefill vs disaggregated prefill/decode, on the seeds' H100 cost model.
+
+    Requests: half with a 256-token prompt, half with ``long_prompt`` tokens, 128 output
+    tokens each, Poisson arrivals. Two machines in every case (two colocated replicas, or
+    one prefill + one decode machine). Sliders: arrival rate, long-prompt length, chunk size.
+    """
+    rate_s = _slider(W.FloatSlider(value=rate, min=0.5, max=20.0, step=0.5, description="requests/s",
+                                   continuous_update=False))
+    long_s = _slider(W.IntSlider(value=long_prompt, min=512, max=16384, step=512, description="long prompt",
+                                 continuous_update=False))
+    chunk_s = _slider(W.IntSlider(value=chunk, min=64, max=4096, step=64, description="chunk (tokens)",
+                                  continuous_update=False))
+    names = {"colocated": "colocated ×2", "chunked": "chunked prefill ×2", "disaggregated": "1 prefill + 1 decode"}
+
+    def rows():
+        reqs = poisson_requests(rate_s.value, num_requests, [256, long_s.value], 128, seed=seed)
+        return {names[p]: latency_stats(simulate(reqs, p, chunk=chunk_s.value)) for p in names}
+
+    r = rows()
+    fig = _figure_widget(latency_summary_figure(r, "Latency on two H100s (Llama 3 8B cost model)"))
+
+    def redraw(_=None) -> None:
+        r = rows()
+        with fig.batch_update():
+            for i, stats in enumerate(r.values()):
+                fig.data[i].y = list(stats.values())
+                fig.data[i].text = [f"{v:.1f}" if v < 10 else f"{v:.0f}" for v in stats.values()]
+
+    for s in (rate_s, long_s, chunk_s):
+        s.observe(redraw, "value")
+    return W.VBox([W.HBox([rate_s, long_s, chunk_s]), fig])

@@ -1,0 +1,115 @@
+"""The beam-tree explorer: prompt, beam width, depth and length penalty → the real model's search tree.
+
+Thin wiring only: sliders → :func:`labsupport.beam.beam_search` → :func:`labsupport.viz.beam.beam_tree_figure`.
+The panel draws its first state when it is built (so it shows something under nbval, where
+callbacks never run); afterwards each change recomputes the search and redraws the figure in
+its ``ipywidgets.Output`` (:func:`show_figure`). Errors and messages go into another ``Output``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from ..beam import beam_search
+from ..generation import generate
+from ..models import LoadedModel
+from ..sampling import GREEDY
+from ..viz.beam import beam_tree_figure
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def show_figure(out: widgets.Output, figure: go.Figure) -> None:
+    """Make ``out`` show ``figure`` (replacing what it showed), as a plain plotly output.
+
+    JupyterLab's plotly renderer draws it like any figure a cell displays. (A ``go.FigureWidget``
+    updated in place would flicker less, but in JupyterLab 4 it sometimes stays blank when the
+    cell was off screen while it rendered; a plain output does not.)
+    """
+    bundle = {PLOTLY_MIME: json.loads(figure.to_json()), "text/plain": f"<plotly figure: {figure.layout.title.text}>"}
+    out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+
+
+def _summary(lm: LoadedModel, result, greedy, seconds: float) -> str:
+    best = result.best
+    g_bits = greedy.logprob / 0.6931471805599453
+    rows = [
+        ("beam search", best.text, best.log2prob, best.score),
+        ("greedy (B = 1)", greedy.text, g_bits, None),
+    ]
+    pad = "padding: 2px 14px 2px 0"
+    cells = "".join(
+        f"<tr><td style='{pad}'><b>{name}</b></td><td style='{pad}'><code>{html.escape(text)!s}</code></td>"
+        f"<td style='{pad}'>{bits:.2f}</td><td style='{pad}'>{'' if score is None else f'{score:.3f}'}</td></tr>"
+        for name, text, bits, score in rows)
+    diff = best.log2prob - g_bits if len(best.token_ids) == len(greedy.token_ids) else None
+    note = (f"score difference (log₂): <b>{diff:+.2f}</b>" if diff is not None
+            else "the two outputs have different lengths: compare their scores, not the raw sums")
+    return (f"<table style='font-size:15px'><tr><th></th><th>text</th><th>Σ log₂ p</th><th>score (Σ ln p / len^α)</th></tr>"
+            f"{cells}</table><div style='font-size:15px'>{note} · {result.model_calls} model calls, "
+            f"{result.token_forwards} token-forwards · {seconds * 1e3:.0f} ms</div>")
+
+
+def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_width: int = 3,
+                  depth: int = 5, length_penalty: float = 1.0, max_children: int = 3,
+                  width_px: int = 940) -> widgets.VBox:
+    """A panel exploring beam search on ``lm``.
+
+    Args:
+        lm: the model (the shipped ``tiny-gpt2`` in the chapter).
+        prompt: initial prompt text.
+        beam_width: initial B (slider 1–6).
+        depth: initial number of new tokens (slider 1–8).
+        length_penalty: initial α (slider −1 … 3).
+        max_children: candidates drawn per beam besides the kept ones.
+        width_px: width of the tree figure in pixels.
+
+    Returns:
+        A ``VBox`` with the controls, the tree (an ``Output`` showing the figure), a summary and a
+        message area.
+    """
+    prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
+                              layout=widgets.Layout(width="60%"))
+    width = widgets.IntSlider(value=beam_width, min=1, max=6, description="beam width B", continuous_update=False,
+                              style={"description_width": "initial"})
+    steps = widgets.IntSlider(value=depth, min=1, max=8, description="depth", continuous_update=False)
+    alpha = widgets.FloatSlider(value=length_penalty, min=-1.0, max=3.0, step=0.1, description="length penalty α",
+                                continuous_update=False, style={"description_width": "initial"})
+    early = widgets.Dropdown(options=[("False (HF default)", False), ("True", True), ("'never'", "never")],
+                             value=False, description="early_stopping", style={"description_width": "initial"})
+    summary = widgets.HTML()
+    out = widgets.Output()
+
+    def compute():
+        start = time.perf_counter()
+        result = beam_search(lm, prompt_box.value, width.value, max_new_tokens=steps.value,
+                             length_penalty=alpha.value, early_stopping=early.value)
+        greedy = generate(lm, prompt_box.value, GREEDY, max_new_tokens=steps.value)
+        seconds = time.perf_counter() - start
+        fig = beam_tree_figure(result, max_children=max_children, prompt_label=lm.decode(result.prompt_ids),
+                               width=width_px)
+        return fig, _summary(lm, result, greedy, seconds)
+
+    tree = widgets.Output()
+    fig, summary.value = compute()
+    show_figure(tree, fig)
+
+    def redraw(_change=None):
+        out.outputs = ()
+        try:
+            new_fig, new_text = compute()
+        except ValueError as err:                 # e.g. an empty prompt: say so, keep the last tree
+            out.append_stdout(f"⚠ {err}\n")
+            return
+        show_figure(tree, new_fig)
+        summary.value = new_text
+
+    for control in (prompt_box, width, steps, alpha, early):
+        control.observe(redraw, names="value")
+    controls = widgets.VBox([prompt_box, widgets.HBox([width, steps]), widgets.HBox([alpha, early])])
+    return widgets.VBox([controls, tree, summary, out])

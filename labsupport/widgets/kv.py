@@ -1,0 +1,140 @@
+"""Panels of the KV-cache chapter: the cache animation (P, n, step) and the KV memory calculator.
+
+Thin wiring of sliders → :mod:`labsupport.kv` → :mod:`labsupport.viz.kv` figures. Each panel
+draws its first state when built and redraws its figures (plain plotly outputs in
+``ipywidgets.Output`` s, see :func:`labsupport.widgets.beam.show_figure`) on every change.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from .. import kv
+from ..viz.kv import kv_cells_figure, kv_counts_figure, memory_figure
+from .beam import show_figure
+
+
+def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4,
+                       width_px: int = 940) -> widgets.VBox:
+    """Seed 001's "recompute vs reuse" animation: P and n sliders, a step slider with a play button.
+
+    Shows the positions computed at the current step (red) for both methods, the cumulative
+    counts (parabola vs line) and the saving factor.
+
+    Args:
+        prompt_len: initial P (slider 1–48).
+        new_tokens: initial n (slider 1–64).
+        step: initial step (clipped to ``[0, n]``).
+        width_px: width of the figures in pixels.
+
+    Returns:
+        A ``VBox`` of the controls, a numbers line and two ``Output`` s showing the figures.
+    """
+    start = max(0, min(step, new_tokens))
+    P = widgets.IntSlider(value=prompt_len, min=1, max=48, description="prompt P", continuous_update=False)
+    n = widgets.IntSlider(value=new_tokens, min=1, max=64, description="new tokens n", continuous_update=False,
+                          style={"description_width": "initial"})
+    step_w = widgets.IntSlider(value=start, min=0, max=new_tokens, description="step", continuous_update=True)
+    play = widgets.Play(value=start, min=0, max=new_tokens, interval=400, description="play")
+    widgets.jslink((play, "value"), (step_w, "value"))
+    numbers = widgets.HTML()
+
+    def figures():
+        t = min(step_w.value, n.value)
+        return (kv_cells_figure(P.value, n.value, t).update_layout(width=width_px),
+                kv_counts_figure(P.value, n.value, t).update_layout(width=width_px))
+
+    cells, counts = widgets.Output(), widgets.Output()
+    first_cells, first_counts = figures()
+    show_figure(cells, first_cells)
+    show_figure(counts, first_counts)
+
+    def text() -> str:
+        p, t, m = P.value, min(step_w.value, n.value), n.value
+        none_now, cache_now = kv.kv_step_cells(p, t, False)[1], kv.kv_step_cells(p, t, True)[1]
+        none_all, cache_all = kv.kv_positions_computed(p, t, False), kv.kv_positions_computed(p, t, True)
+        return (f"<div style='font-size:15px'>step {t}: this step {none_now} (no cache) / {cache_now} (cache) · "
+                f"so far {none_all:,} / {cache_all:,} · saving <b>{none_all / cache_all:.2f}×</b> "
+                f"(at n = {m}: {kv.kv_saving(p, m):.2f}×)</div>")
+
+    numbers.value = text()
+
+    def redraw(_change=None):
+        step_w.max = play.max = n.value
+        new_cells, new_counts = figures()
+        show_figure(cells, new_cells)
+        show_figure(counts, new_counts)
+        numbers.value = text()
+
+    for control in (P, n, step_w):
+        control.observe(redraw, names="value")
+    return widgets.VBox([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts])
+
+
+SEQ_LENS = [2 ** k for k in range(7, 18)]            # 128 … 131,072 tokens
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch: int = 1,
+                         kv_dtype: str = "fp16", extra_presets: dict[str, kv.ModelShape] | None = None,
+                         width_px: int = 940) -> widgets.VBox:
+    """Seed 001's KV memory calculator: preset, attention type, KV precision, sequence length, batch.
+
+    Args:
+        preset: initial model (a key of :data:`labsupport.kv.PRESETS` or of ``extra_presets``).
+        seq_len: initial sequence length (a power of two, 128 … 131,072).
+        batch: initial batch (1 … 256, powers of two).
+        kv_dtype: initial KV precision (``fp16``, ``fp8``, ``int4``).
+        extra_presets: more models, e.g. ``{"tiny-gpt2": kv.preset("tiny-gpt2")}``.
+        width_px: width of the chart in pixels.
+
+    Returns:
+        A ``VBox`` with the controls, a summary and the bar chart (an ``Output``).
+
+    Raises:
+        ValueError: an unknown preset, a length or batch not offered by the sliders.
+    """
+    shapes = dict(kv.PRESETS, **(extra_presets or {}))
+    if preset not in shapes:
+        raise ValueError(f"preset must be one of {sorted(shapes)}, got {preset!r}")
+    if seq_len not in SEQ_LENS:
+        raise ValueError(f"seq_len must be one of {SEQ_LENS}, got {seq_len!r}")
+    if batch not in BATCHES:
+        raise ValueError(f"batch must be one of {BATCHES}, got {batch!r}")
+    model = widgets.Dropdown(options=list(shapes), value=preset, description="preset")
+    attention = widgets.ToggleButtons(options=list(kv.ATTENTION_KINDS), value=shapes[preset].attention,
+                                      description="attention")
+    precision = widgets.ToggleButtons(options=["fp16", "fp8", "int4"], value=kv_dtype, description="KV precision",
+                                      style={"description_width": "initial"})
+    length = widgets.SelectionSlider(options=[(f"{s:,}", s) for s in SEQ_LENS], value=seq_len,
+                                     description="sequence s", continuous_update=False,
+                                     style={"description_width": "initial"})
+    batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch b", continuous_update=False)
+    summary = widgets.HTML()
+
+    def build():
+        shape = shapes[model.value]
+        chosen = shape.with_attention(attention.value)
+        budget = kv.memory_budget(chosen, length.value, batch_w.value, precision.value)
+        fig = memory_figure(shape, length.value, batch_w.value, precision.value, attention.value)
+        fig.update_layout(width=width_px)
+        text = (f"<div style='font-size:15px'>structure (L / H_kv / d_head): {chosen.n_layers} / {chosen.n_kv_heads} / "
+                f"{chosen.head_dim} · KV per token: <b>{kv.format_bytes(budget.kv_per_token)}</b> · "
+                f"KV cache: <b>{kv.format_bytes(budget.kv)}</b> · weights + KV: {budget.total / 1e9:.1f} GB "
+                f"({'fits' if budget.fits else 'does not fit'} in 80 GB) · KV / weights = "
+                f"{budget.kv_over_weights:.2f}</div>")
+        return fig, text
+
+    chart = widgets.Output()
+    fig, summary.value = build()
+    show_figure(chart, fig)
+
+    def redraw(change=None):
+        if change is not None and change["owner"] is model:
+            attention.value = shapes[model.value].attention      # triggers one more redraw; harmless
+        new_fig, summary.value = build()
+        show_figure(chart, new_fig)
+
+    for control in (model, attention, precision, length, batch_w):
+        control.observe(redraw, names="value")
+    return widgets.VBox([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart])

@@ -1,0 +1,182 @@
+"""Panels of the PagedAttention chapter: thin wiring of sliders → simulator / engine history → figures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from ..sim.fragmentation import Workload, compare
+from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
+
+
+def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:
+    """A FigureWidget of fixed width: one created while its cell is off screen otherwise renders blank
+    or narrow in JupyterLab (it cannot measure a hidden container)."""
+    fig.update_layout(width=width, autosize=False)
+    return go.FigureWidget(fig)
+
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _counters(run, step: int) -> dict:
+    return {"running": int(run.running[step]), "queued": int(run.queued[step]),
+            "waste": float(run.waste[step]), "completed": int(run.completed[step])}
+
+
+def _series(runs) -> dict:
+    return {name: {"running": r.running, "queued": r.queued, "waste": r.waste, "completed": r.completed}
+            for name, r in runs.items()}
+
+
+def _table_text(run, step: int, first: int = 4) -> str:
+    tables = run.block_tables[step]
+    def short(table: list[int], keep: int = 10) -> str:
+        shown = ", ".join(str(b) for b in table[:keep])
+        return f"[{shown}, … ({len(table)} blocks)]" if len(table) > keep else f"[{shown}]"
+
+    rows = [f"<tr><td>request {rid}&nbsp;</td><td>{short(table)}</td></tr>" for rid, table in list(tables.items())[:first]]
+    body = "".join(rows) or "<tr><td colspan=2>no running request</td></tr>"
+    return (f"<b>Paged side, block tables of the first {first} running requests (step {step})</b>"
+            f"<table style='font-size:15px'>{body}</table>")
+
+
+def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) -> W.VBox:
+    """Seed 001's fragmentation simulator: contiguous vs paged on one request stream.
+
+    Sliders: reservation length, block size, arrival rate (each re-runs
+    :func:`labsupport.sim.fragmentation.compare`, ~0.2 s) and the step shown (with a play
+    button). The paged side uses the engine's :class:`~labsupport.engine.BlockManager`.
+
+    Returns:
+        a ``VBox`` that already shows step 0 of the default run.
+    """
+    wl = workload or Workload()
+    state = {"runs": compare(wl, block_size)}
+    reservation = W.IntSlider(value=wl.reservation, min=64, max=wl.memory_tokens, step=32,
+                              description="reservation", continuous_update=False)
+    bsize = W.SelectionSlider(options=list(BLOCK_SIZES), value=block_size, description="block size",
+                              continuous_update=False)
+    rate = W.FloatSlider(value=wl.arrival_rate, min=0.05, max=1.5, step=0.05, description="arrivals/step",
+                         continuous_update=False)
+    step = W.IntSlider(value=wl.num_steps // 2, min=0, max=wl.num_steps - 1, description="step")
+    play = W.Play(value=step.value, min=0, max=wl.num_steps - 1, interval=150, description="play")
+    W.jslink((play, "value"), (step, "value"))
+    for s in (reservation, bsize, rate, step):
+        s.style.description_width = "110px"
+        s.layout.width = "420px"
+
+    def grids(k: int) -> dict:
+        return {n: (r.owner[k], r.used[k]) for n, r in state["runs"].items()}
+
+    def counters(k: int) -> dict:
+        return {n: _counters(r, k) for n, r in state["runs"].items()}
+
+    def figure(k: int) -> go.Figure:
+        return fragmentation_figure(grids(k), counters(k), k,
+                                    block_sizes={n: r.block_size for n, r in state["runs"].items()})
+
+    grid_fig = _figure_widget(figure(step.value))
+    line_fig = _figure_widget(fragmentation_counters_figure(_series(state["runs"]), step.value))
+    table = W.HTML(_table_text(state["runs"]["paged"], step.value))
+
+    def redraw_step(k: int) -> None:
+        with grid_fig.batch_update():
+            for i, (name, run) in enumerate(state["runs"].items()):
+                img, text = memory_image(run.owner[k], run.used[k])
+                grid_fig.data[i].z = img
+                grid_fig.data[i].text = text
+                c = _counters(run, k)
+                grid_fig.layout.annotations[i].text = (f"<b>{name}</b>: running {c['running']}, queued {c['queued']}, "
+                                                       f"waste {100 * c['waste']:.0f} %, done {c['completed']}")
+            grid_fig.layout.title.text = (f"KV memory at step {k}: one cell = one token slot "
+                                          "(dark = KV, light = held but empty)")
+        with line_fig.batch_update():
+            for shape in line_fig.layout.shapes:
+                shape.x0 = shape.x1 = k
+        table.value = _table_text(state["runs"]["paged"], k)
+
+    def rerun(_=None) -> None:
+        w = Workload(reservation=reservation.value, arrival_rate=rate.value, num_steps=wl.num_steps,
+                     memory_tokens=wl.memory_tokens, prompt_len=wl.prompt_len,
+                     tokens_per_step=wl.tokens_per_step, seed=wl.seed)
+        state["runs"] = compare(w, bsize.value)
+        grid_fig.layout.shapes = figure(step.value).layout.shapes      # block boundaries of the new sizes
+        series = _series(state["runs"])
+        with line_fig.batch_update():
+            keys = ("running", "queued", "waste", "completed")
+            i = 0
+            for key in keys:
+                for name in state["runs"]:
+                    y = series[name][key]
+                    line_fig.data[i].y = [100 * v for v in y] if key == "waste" else list(y)
+                    i += 1
+        redraw_step(step.value)
+
+    reservation.observe(rerun, "value")
+    bsize.observe(rerun, "value")
+    rate.observe(rerun, "value")
+    step.observe(lambda ch: redraw_step(ch["new"]), "value")
+    table.layout.width = "500px"
+    step.layout.width = "380px"
+    controls = W.HBox([W.VBox([reservation, bsize, rate], layout=W.Layout(min_width="430px")),
+                       W.VBox([W.HBox([play, step]), table])])
+    return W.VBox([controls, grid_fig, line_fig])
+
+
+def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int,
+                        describe: Callable[[dict], str] | None = None, title: str = "Block tables",
+                        start: int | None = None) -> W.VBox:
+    """Step through recorded engine states and watch block tables change.
+
+    Args:
+        frames: one dict per engine step with ``block_tables`` ({request: [blocks]}),
+            ``ref_counts`` (per block), ``num_tokens`` ({request: tokens}), ``cached_blocks``
+            (list) and ``label`` (str) — see the chapter for how they come from
+            ``LLMEngine.history``.
+        num_blocks, block_size: the engine's pool.
+        describe: optional ``frame → HTML`` shown above the figure.
+        title: figure title prefix.
+        start: the frame shown first (default: the one holding the most blocks).
+
+    Returns:
+        a ``VBox`` showing frame ``start``.
+    """
+    if not frames:
+        raise ValueError("frames must hold at least one recorded step, got none")
+
+    ids: list = []
+    for f in frames:
+        ids += [rid for rid in f["block_tables"] if rid not in ids]
+
+    def figure(k: int) -> go.Figure:
+        f = frames[k]
+        return block_table_figure(f["block_tables"], num_blocks, ref_counts=f.get("ref_counts"),
+                                  num_tokens=f.get("num_tokens"), block_size=block_size,
+                                  cached_blocks=f.get("cached_blocks", ()), title=f"{title} — {f['label']}",
+                                  request_ids=ids)
+
+    k0 = start if start is not None else max(range(len(frames)),
+                                             key=lambda k: sum(len(t) for t in frames[k]["block_tables"].values()))
+    out = _figure_widget(figure(k0))
+    info = W.HTML(describe(frames[k0]) if describe else "")
+    slider = W.IntSlider(value=k0, min=0, max=len(frames) - 1, description="engine step")
+    slider.layout.width = "500px"
+
+    def redraw(change) -> None:
+        new = figure(change["new"])
+        with out.batch_update():
+            for i in (0, 1):                                    # block tables, physical pool
+                for key in ("x", "y", "text", "hovertext"):
+                    setattr(out.data[i], key, getattr(new.data[i], key))
+                out.data[i].marker.color = new.data[i].marker.color
+                out.data[i].textfont.color = new.data[i].textfont.color
+            out.layout.title.text = new.layout.title.text
+            out.layout.xaxis.range = new.layout.xaxis.range
+        if describe:
+            info.value = describe(frames[change["new"]])
+
+    slider.observe(redraw, "value")
+    return W.VBox([slider, info, out])
