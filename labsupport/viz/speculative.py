@@ -1,0 +1,240 @@
+"""Figures of chapter 06 (speculative decoding).
+
+Pure functions: numbers and strings in, a ``plotly.graph_objects.Figure`` out; nothing here
+runs a model or imports widgets. Every figure has a fixed set of traces so that a panel can
+wrap it in a ``go.FigureWidget`` and update the data in place.
+
+Colours follow seed 001's simulator: green = accepted draft token, red = rejected and
+replaced by the target's own token, purple = bonus token after full acceptance, grey =
+drafted but discarded (after the first rejection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+FONT_SIZE = 16
+ACCEPTED = "#2ca02c"
+REPLACED = "#d62728"
+BONUS = "#9467bd"
+DISCARDED = "#c7c7c7"
+THEORY = "#1f77b4"
+MEASURED = "#ff7f0e"
+
+
+def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
+    """Fonts ≥ 14 px, white template; the legend sits at the bottom of the figure (in a narrow
+    notebook column a legend at the top wraps onto the title)."""
+    fig.update_layout(title={"text": title, "font": {"size": FONT_SIZE + 4}}, template="plotly_white",
+                      font={"size": FONT_SIZE}, height=height + 70, margin={"l": 10, "r": 20, "t": 60, "b": 140},
+                      legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.0,
+                              "xanchor": "left", "x": 0.0})
+    return fig
+
+
+def round_cells(draft_labels: Sequence[str], num_accepted: int, next_label: str) -> list[tuple[str, str]]:
+    """The cells of one round, left to right, as ``(label, status)``.
+
+    Status is ``"accepted"``, ``"discarded"``, ``"replaced"`` or ``"bonus"``: the accepted
+    prefix, then the target's own token (bonus when all k ≥ 1 drafts were accepted, else the
+    replacement of the first rejected draft — or a plain decode token when nothing was
+    drafted), then the discarded drafts from the first rejected one on.
+
+    Raises:
+        ValueError: ``num_accepted`` outside ``0..len(draft_labels)``.
+    """
+    k = len(draft_labels)
+    if not 0 <= num_accepted <= k:
+        raise ValueError(f"num_accepted must be in [0, {k}], got {num_accepted}")
+    cells = [(lab, "accepted") for lab in draft_labels[:num_accepted]]
+    if num_accepted == k > 0:
+        return cells + [(next_label, "bonus")]
+    cells.append((next_label, "replaced"))
+    return cells + [(lab, "discarded") for lab in draft_labels[num_accepted:]]
+
+
+def rounds_figure(rounds: Sequence, label: Callable[[int], str] | None = None, *,
+                  title: str = "Draft-verify rounds", max_rounds: int = 12) -> go.Figure:
+    """Rounds drawn like seed 001's simulator: one row per round, one cell per token.
+
+    Args:
+        rounds: objects with ``draft_tokens``, ``num_accepted``, ``next_token`` (e.g.
+            :class:`labsupport.speculative.RoundRecord`); at most ``max_rounds`` are drawn.
+        label: token id → display string (default: the id itself); cut to 7 characters.
+        title: figure title.
+
+    Returns:
+        A figure with four scatter traces (accepted, replaced, bonus, discarded) of square
+        markers with the token text on them; rows top to bottom = rounds in order.
+    """
+    base = label or str
+
+    def short(t: int) -> str:                     # keep a token inside its square
+        text = base(t)
+        return text if len(text) <= 7 else text[:6] + "…"
+
+    rows = list(rounds)[:max_rounds]
+    pts = {s: ([], [], []) for s in ("accepted", "replaced", "bonus", "discarded")}
+    for r, rec in enumerate(rows):
+        cells = round_cells([short(int(t)) for t in rec.draft_tokens], int(rec.num_accepted),
+                            short(int(rec.next_token)))
+        for x, (lab, status) in enumerate(cells):
+            pts[status][0].append(x)
+            pts[status][1].append(r)
+            pts[status][2].append(lab)
+    fig = go.Figure()
+    names = {"accepted": "accepted draft", "replaced": "target's own token (replacement)",
+             "bonus": "bonus token", "discarded": "rejected / discarded draft"}
+    colors = {"accepted": ACCEPTED, "replaced": REPLACED, "bonus": BONUS, "discarded": DISCARDED}
+    for status, (xs, ys, labs) in pts.items():
+        fig.add_trace(go.Scatter(x=xs, y=ys, text=labs, mode="markers+text", name=names[status],
+                                 marker={"symbol": "square", "size": 46, "color": colors[status]},
+                                 textfont={"size": FONT_SIZE - 2, "color": "black"},
+                                 hovertemplate="%{text}<extra>" + names[status] + "</extra>"))
+    n = max(len(rows), 1)
+    fig.update_yaxes(autorange="reversed", tickvals=list(range(n)), ticktext=[f"round {i + 1}" for i in range(n)],
+                     showgrid=False, zeroline=False)
+    width = max((len(r.draft_tokens) + 1 for r in rows), default=2)    # γ + 1 cells at most
+    fig.update_xaxes(title="token of the round (emitted, then discarded)", range=[-0.6, width - 0.4],
+                     dtick=1, showgrid=False, zeroline=False)
+    return _style(fig, title, 140 + 52 * n)
+
+
+def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float], speedup: Sequence[float],
+                         mc_speedup: Sequence[float] | None = None, *, best: tuple[int, float] | None = None,
+                         selected: int | None = None, title: str = "Speed-up vs draft length γ") -> go.Figure:
+    """Theory curve (line), Monte Carlo points, best γ (star) and the selected γ (dashed line).
+
+    Args:
+        gammas: draft lengths (x).
+        tokens_per_round: ``(1−α^(γ+1))/(1−α)`` per γ (the no-cost ceiling, dotted).
+        speedup: ``E[tokens]/(γc + v)`` per γ (solid).
+        mc_speedup: the same from simulated rounds (markers), optional.
+        best: ``(γ*, speed-up)`` to mark.
+        selected: a γ to mark with a vertical line.
+
+    Returns:
+        Figure with traces: tokens per round, speed-up (theory), Monte Carlo, best γ.
+    """
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(gammas), y=list(tokens_per_round), name="tokens / target forward (c = 0, v = 1)",
+                             mode="lines", line={"color": "#7f7f7f", "dash": "dot", "width": 2}))
+    fig.add_trace(go.Scatter(x=list(gammas), y=list(speedup), name="speed-up (theory)", mode="lines+markers",
+                             line={"color": THEORY, "width": 3}))
+    fig.add_trace(go.Scatter(x=list(gammas), y=list(mc_speedup) if mc_speedup is not None else [],
+                             name="speed-up (Monte Carlo)", mode="markers",
+                             marker={"color": MEASURED, "size": 11, "symbol": "circle-open", "line": {"width": 3}}))
+    fig.add_trace(go.Scatter(x=[best[0]] if best else [], y=[best[1]] if best else [], name="best γ",
+                             mode="markers+text", text=[f"best γ = {best[0]}: {best[1]:.2f}×"] if best else [],
+                             textposition="top left" if best and best[0] > (min(gammas) + max(gammas)) / 2 else "top right",
+                             marker={"symbol": "star", "size": 20, "color": "#e377c2"}))
+    fig.add_hline(y=1.0, line={"color": "black", "width": 1, "dash": "dash"})
+    if selected is not None:
+        fig.add_vline(x=selected, line={"color": "#555", "width": 1, "dash": "dash"})
+    fig.update_xaxes(title="draft length γ (tokens)", dtick=1)
+    fig.update_yaxes(title="× plain decoding", rangemode="tozero")
+    return _style(fig, title, 460)
+
+
+def tokens_per_forward_heatmap(alphas: Sequence[float], gammas: Sequence[int], table: Sequence[Sequence[float]], *,
+                               title: str = "Tokens per target forward (1−α^(γ+1))/(1−α)") -> go.Figure:
+    """Seed 000's table as a heatmap with the numbers written in: rows α, columns γ.
+
+    Raises:
+        ValueError: ``table`` is not ``len(alphas) × len(gammas)``.
+    """
+    z = np.asarray(table, dtype=float)
+    if z.shape != (len(alphas), len(gammas)):
+        raise ValueError(f"table must be {len(alphas)}×{len(gammas)} (alphas × gammas), got {z.shape}")
+    fig = go.Figure(go.Heatmap(z=z, x=[str(g) for g in gammas], y=[f"α = {a:g}" for a in alphas],
+                               text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}",
+                               textfont={"size": FONT_SIZE}, colorscale="Blues", showscale=False))
+    fig.update_xaxes(title="draft length γ")
+    fig.update_yaxes(autorange="reversed")
+    return _style(fig, title, 120 + 50 * len(alphas))
+
+
+def acceptance_by_position_figure(series: Mapping[str, Sequence[float]], *, theory_alpha: float | None = None,
+                                  title: str = "Acceptance by draft position") -> go.Figure:
+    """Measured P(accept position i | reached i) per series (one bar group per position).
+
+    Args:
+        series: name → acceptance per position (NaN where never reached).
+        theory_alpha: draws the i.i.d. assumption (flat α) as a dashed line.
+    """
+    fig = go.Figure()
+    for name, vals in series.items():
+        fig.add_trace(go.Bar(x=[i + 1 for i in range(len(vals))], y=[None if np.isnan(v) else v for v in vals],
+                             name=name))
+    if theory_alpha is not None:
+        fig.add_hline(y=theory_alpha, line={"dash": "dash", "color": "black"},
+                      annotation_text=f"overall α = {theory_alpha:.2f}", annotation_position="top right")
+    fig.update_xaxes(title="draft position i", dtick=1)
+    fig.update_yaxes(title="acceptance rate", range=[0, 1.05])
+    fig.update_layout(barmode="group")
+    return _style(fig, title, 420)
+
+
+def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[str, Sequence[float]]], *,
+                            title: str = "Measured vs predicted speed-up") -> go.Figure:
+    """Wall-clock speed-up vs γ: per series a measured line and its prediction (dashed).
+
+    Args:
+        series: name → ``{"measured": [...], "predicted": [...], "seed": [...]}`` (each per γ;
+            ``"seed"`` = the seeds' formula with v = 1, optional).
+    """
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    fig = go.Figure()
+    for i, (name, d) in enumerate(series.items()):
+        col = palette[i % len(palette)]
+        fig.add_trace(go.Scatter(x=list(gammas), y=list(d["measured"]), name=f"{name}: measured",
+                                 mode="lines+markers", line={"color": col, "width": 3}))
+        if "predicted" in d:
+            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["predicted"]), name=f"{name}: E/(γc+v(γ))",
+                                     mode="lines", line={"color": col, "dash": "dash", "width": 2}))
+        if "seed" in d:
+            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["seed"]), name=f"{name}: seed formula (v=1)",
+                                     mode="lines", line={"color": col, "dash": "dot", "width": 1}))
+    fig.add_hline(y=1.0, line={"color": "black", "width": 1})
+    fig.update_xaxes(title="draft length γ (tokens)", dtick=1)
+    fig.update_yaxes(title="× plain target decoding (wall clock)", rangemode="tozero")
+    _style(fig, title, 480)
+    fig.update_layout(height=550 + 26 * len(fig.data), margin={"b": 100 + 26 * len(fig.data)})   # long legend
+    return fig
+
+
+def verify_cost_figure(gammas: Sequence[int], v: Sequence[float], *, c: float | None = None,
+                       title: str = "Verification cost v(γ): a target forward over γ+1 tokens") -> go.Figure:
+    """Bars of v(γ) (× one decode step) against the seeds' assumption v = 1 (dashed)."""
+    fig = go.Figure(go.Bar(x=list(gammas), y=list(v), name="measured v(γ)", marker_color=THEORY,
+                           text=[f"{x:.2f}" for x in v], textposition="outside"))
+    fig.add_hline(y=1.0, line={"dash": "dash", "color": "black"}, annotation_text="v = 1 (bandwidth-bound GPU)")
+    if c is not None:
+        fig.add_hline(y=c, line={"dash": "dot", "color": MEASURED}, annotation_text=f"draft step c = {c:.2f}",
+                      annotation_position="bottom right")
+    fig.update_xaxes(title="draft length γ (the forward covers γ+1 tokens)", dtick=1)
+    fig.update_yaxes(title="time / one target decode step", rangemode="tozero")
+    return _style(fig, title, 420)
+
+
+def distribution_check_figure(labels: Sequence[str], exact: Sequence[float], series: Mapping[str, Sequence[float]], *,
+                              title: str = "Emitted tokens: speculative vs target sampling") -> go.Figure:
+    """Exact target probabilities (outlined bars) and empirical frequencies (filled bars).
+
+    Raises:
+        ValueError: a series' length differs from ``labels``.
+    """
+    for name, vals in series.items():
+        if len(vals) != len(labels):
+            raise ValueError(f"series {name!r} must have {len(labels)} values, got {len(vals)}")
+    fig = go.Figure(go.Bar(x=list(labels), y=list(exact), name="exact p (target)",
+                           marker={"color": "rgba(0,0,0,0)", "line": {"color": "black", "width": 2}}))
+    for name, vals in series.items():
+        fig.add_trace(go.Bar(x=list(labels), y=list(vals), name=name, opacity=0.75))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="first two tokens", type="category", tickangle=-45)
+    fig.update_yaxes(title="probability / frequency")
+    return _style(fig, title, 460)

@@ -1,0 +1,184 @@
+"""Panels of chapter 06 (speculative decoding): the theory panel and the real-pair round panel.
+
+Thin wiring: sliders → ``labsupport.speculative`` → figures from ``labsupport.viz.speculative``
+shown as ``go.FigureWidget`` s updated in place. Each panel computes its first state when
+built (so it shows something where callbacks never run, e.g. under nbval) and returns an
+``ipywidgets.VBox`` carrying ``controls`` (dict of input widgets), ``figure`` (or
+``figures``), ``stats`` (an ``HTML`` readout) and ``update()``.
+"""
+
+from __future__ import annotations
+
+import html
+from types import SimpleNamespace
+
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+
+from labsupport.models import LoadedModel
+from labsupport.sampling import SamplingParams
+from labsupport.speculative import (
+    DraftModelProposer,
+    NgramProposer,
+    accepted_prefix_length,
+    best_gamma,
+    expected_tokens_per_round,
+    simulate_rounds,
+    speculative_generate,
+    speedup,
+)
+from labsupport.viz.speculative import rounds_figure, speedup_curve_figure
+
+_WIDE = {"description_width": "initial"}
+
+
+def _stat(name: str, value: str) -> str:
+    return (f"<div style='display:inline-block;margin:0 22px 6px 0'><div style='font-size:14px;color:#555'>"
+            f"{name}</div><div style='font-size:20px;font-weight:600'>{value}</div></div>")
+
+
+def _copy_figure(target: go.FigureWidget, new: go.Figure) -> None:
+    """Replace the data and layout of a FigureWidget by those of a figure with the same traces.
+
+    One update per trace, deliberately *not* one ``batch_update`` for all: in a batch, a
+    property that changes on some traces but not on others is sent with "undefined" for the
+    others, and the browser then drops it (an unchanged ``x`` falls back to 0, 1, 2, …).
+    """
+    for old, fresh in zip(target.data, new.data):
+        old.update({k: getattr(fresh, k) for k in ("x", "y", "text", "textposition")
+                    if getattr(fresh, k, None) is not None})
+    target.layout = new.layout
+
+
+def flags_to_rounds(flags: np.ndarray) -> list[SimpleNamespace]:
+    """Simulated rounds (``(n, γ)`` raw acceptance flags) as round objects for ``rounds_figure``:
+    draft tokens are numbered 1..γ (label ``d1…``), the target's token is 0 (label ``t``)."""
+    n_acc = accepted_prefix_length(flags)
+    g = flags.shape[1]
+    return [SimpleNamespace(draft_tokens=list(range(1, g + 1)), num_accepted=int(n), next_token=0,
+                            bonus=int(n) == g) for n in n_acc]
+
+
+def _sim_label(i: int) -> str:
+    return "t" if i == 0 else f"d{i}"
+
+
+def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_max: int = 12,
+                 n_rounds: int = 4000, seed: int = 0) -> widgets.VBox:
+    """Seed 001's "theory vs Monte Carlo" simulator with sliders α, γ, c and verification cost s.
+
+    Top: speed-up vs γ — theory ``(1−α^(γ+1)) / ((1−α)(γc + v))`` with ``v(γ) = 1 + s·γ``
+    (s = 0 is the seeds' free verification), Monte Carlo points from ``n_rounds`` simulated
+    rounds per γ, the best γ. Bottom: 12 simulated rounds at the selected γ.
+
+    Returns:
+        VBox with ``controls`` (alpha, gamma, c, s), ``figures`` (curve, rounds), ``stats``,
+        ``update``.
+    """
+    controls = {
+        "alpha": widgets.FloatSlider(value=alpha, min=0.05, max=0.99, step=0.01, description="acceptance α",
+                                     style=_WIDE, continuous_update=False),
+        "gamma": widgets.IntSlider(value=gamma, min=1, max=gamma_max, description="draft length γ", style=_WIDE,
+                                   continuous_update=False),
+        "c": widgets.FloatSlider(value=c, min=0.0, max=0.6, step=0.01, description="draft cost c", style=_WIDE,
+                                 continuous_update=False),
+        "s": widgets.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description="verify cost/token s",
+                                 style=_WIDE, continuous_update=False),
+    }
+    gammas = list(range(1, gamma_max + 1))
+    curve = go.FigureWidget(speedup_curve_figure(gammas, [1] * gamma_max, [1] * gamma_max, [1] * gamma_max,
+                                                 best=(1, 1.0), selected=gamma))
+    strip = go.FigureWidget(rounds_figure(flags_to_rounds(np.ones((12, gamma), bool)), _sim_label,
+                                          title="12 simulated rounds"))
+    stats = widgets.HTML()
+
+    def update(*_):
+        a, g, cc, s = (controls[k].value for k in ("alpha", "gamma", "c", "s"))
+        rng = np.random.default_rng(seed)
+        v = [1.0 + s * k for k in range(gamma_max + 1)]
+        mc_tokens = [float(np.mean(accepted_prefix_length(simulate_rounds(a, k, n_rounds, rng)) + 1)) for k in gammas]
+        theory = [speedup(a, k, cc, v[k]) for k in gammas]
+        mc = [t / (k * cc + v[k]) for t, k in zip(mc_tokens, gammas)]
+        best = best_gamma(a, cc, gamma_max, v=v)
+        _copy_figure(curve, speedup_curve_figure(gammas, [expected_tokens_per_round(a, k) for k in gammas], theory,
+                                                 mc, best=best, selected=g,
+                                                 title=f"Speed-up vs γ at α = {a:.2f}, c = {cc:.2f}, v(γ) = 1 + {s:.2f}γ"))
+        flags = simulate_rounds(a, g, 12, np.random.default_rng(seed + g))
+        _copy_figure(strip, rounds_figure(flags_to_rounds(flags), _sim_label,
+                                          title=f"12 simulated rounds at γ = {g} (t = the target's own token)"))
+        stats.value = "".join([
+            _stat("tokens / target forward (theory)", f"{expected_tokens_per_round(a, g):.2f}"),
+            _stat(f"Monte Carlo ({n_rounds} rounds)", f"{mc_tokens[g - 1]:.2f}"),
+            _stat("speed-up theory / MC", f"{theory[g - 1]:.2f}× / {mc[g - 1]:.2f}×"),
+            _stat("best γ", f"{best[0]} ({best[1]:.2f}×)"),
+        ])
+
+    for w in controls.values():
+        w.observe(update, names="value")
+    update()
+    box = widgets.VBox([widgets.HBox([controls["alpha"], controls["gamma"]]),
+                        widgets.HBox([controls["c"], controls["s"]]), stats, curve, strip])
+    box.controls, box.figures, box.stats, box.update = controls, (curve, strip), stats, update
+    box.figure = curve
+    return box
+
+
+def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: int = 4, temperature: float = 0.0,
+                max_new_tokens: int = 40, seed: int = 0, max_rounds: int = 10) -> widgets.VBox:
+    """Run real speculative decoding and draw its first rounds with the real tokens.
+
+    Controls: proposer (draft model / n-gram), γ (1–8), temperature (0 = greedy), seed. The
+    readout shows measured α, tokens per target forward next to the theory at that α, and the
+    generated text.
+
+    Returns:
+        VBox with ``controls``, ``figure``, ``stats``, ``update`` and ``result`` (the last
+        :class:`labsupport.speculative.SpeculativeResult`, in ``box.state["result"]``).
+
+    Raises:
+        ValueError: draft and target do not share a vocabulary (checked once, here).
+    """
+    proposers = {"draft model": DraftModelProposer(draft, target), "n-gram": NgramProposer()}
+    controls = {
+        "proposer": widgets.ToggleButtons(options=list(proposers), value="draft model", description="proposer",
+                                          style=_WIDE),
+        "gamma": widgets.IntSlider(value=gamma, min=1, max=8, description="draft length γ", style=_WIDE,
+                                   continuous_update=False),
+        "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description="temperature",
+                                           style=_WIDE, continuous_update=False),
+        "seed": widgets.IntSlider(value=seed, min=0, max=20, description="seed", style=_WIDE,
+                                  continuous_update=False),
+    }
+    dummy = [SimpleNamespace(draft_tokens=[0] * gamma, num_accepted=0, next_token=0)] * max_rounds
+    figure = go.FigureWidget(rounds_figure(dummy, max_rounds=max_rounds))
+    stats = widgets.HTML()
+    text = widgets.HTML()
+    state = {}
+
+    def update(*_):
+        g, t, s = controls["gamma"].value, controls["temperature"].value, controls["seed"].value
+        params = SamplingParams(temperature=t, seed=s)
+        res = speculative_generate(target, proposers[controls["proposer"].value], prompt, params, gamma=g,
+                                   max_new_tokens=max_new_tokens)
+        state["result"] = res
+        st = res.stats
+        _copy_figure(figure, rounds_figure(res.rounds, target.token_str, max_rounds=max_rounds,
+                                           title=f"First rounds: {controls['proposer'].value}, γ = {g}, T = {t:g}"))
+        theory = st.theory_tokens_per_round
+        stats.value = "".join([
+            _stat("measured α", f"{st.alpha:.2f}"),
+            _stat("tokens / target forward", f"{st.tokens_per_round:.2f}"),
+            _stat("theory at that α", f"{theory:.2f}"),
+            _stat("target forwards", f"{st.target_forwards} for {len(res.token_ids)} tokens"),
+        ])
+        text.value = (f"<div style='font-size:16px;font-family:monospace;white-space:pre-wrap'>"
+                      f"<b>{html.escape(prompt)}</b>{html.escape(res.text)}</div>")
+
+    for w in controls.values():
+        w.observe(update, names="value")
+    update()
+    box = widgets.VBox([controls["proposer"], widgets.HBox([controls["gamma"], controls["temperature"]]),
+                        controls["seed"], stats, figure, text])
+    box.controls, box.figure, box.stats, box.update, box.state = controls, figure, stats, update, state
+    return box

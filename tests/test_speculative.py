@@ -1,0 +1,525 @@
+"""Speculative decoding: theory, exact verification (C18–C20), the loop (C17), exactness of the
+output distribution — and proof that the distribution check catches the classic bugs."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from helpers import shipped_tokenizer
+
+from labsupport.generation import generate
+from labsupport.models import LoadedModel
+from labsupport.sampling import GREEDY, SamplingParams, probs_from_logits
+from labsupport.speculative import (
+    DraftModelProposer,
+    NgramProposer,
+    Proposal,
+    VerifyResult,
+    acceptance_probability,
+    accepted_prefix_length,
+    amdahl_speedup,
+    best_gamma,
+    check_same_vocabulary,
+    expected_accepted,
+    expected_tokens_per_round,
+    lookup_ngram,
+    measure_costs,
+    residual_distribution,
+    sample_from,
+    sampling_noise_floor,
+    simulate_rounds,
+    simulate_two_tokens,
+    speculative_generate,
+    speedup,
+    total_variation,
+    two_token_tree,
+    verify,
+    verify_logits,
+    verify_round,
+)
+
+# ----------------------------------------------------------------------------- models
+
+
+def make_lm(seed: int, sharpness: float = 1.0, n_positions: int = 160) -> LoadedModel:
+    """Random 2-layer GPT-2 (untied head, so greedy text is not one token repeated) with the
+    shipped tokenizer; ``sharpness`` scales the output head (larger = peakier distributions)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = shipped_tokenizer()
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=len(tok), n_layer=2, n_head=2, n_embd=64, n_positions=n_positions,
+                     bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return LoadedModel(model=model, tokenizer=tok, device=torch.device("cpu"), name=f"random-{seed}")
+
+
+def perturbed(lm: LoadedModel, seed: int, eps: float) -> LoadedModel:
+    """A draft that resembles the target: every weight plus ``eps`` × its std of noise."""
+    model = copy.deepcopy(lm.model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * eps * p.std().clamp_min(1e-3))
+    return LoadedModel(model=model, tokenizer=lm.tokenizer, device=lm.device, name=f"perturbed-{seed}")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = make_lm(0)
+    return target, perturbed(target, 1, 0.25)
+
+
+PROMPT = [5, 17, 99, 3, 42, 8]
+
+# ----------------------------------------------------------------------------- theory (seed numbers)
+
+
+def test_seed_000_worked_numbers():
+    assert expected_tokens_per_round(0.8, 4) == pytest.approx(3.3616)              # "≈ 3.36"
+    assert speedup(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)                       # "≈ 2.4×"
+    assert round(speedup(0.8, 4, 0.1), 1) == 2.4
+    assert [round(speedup(0.8, g, 0.1), 2) for g in (3, 4, 5, 6, 7)] == [2.27, 2.40, 2.46, 2.47, 2.45]
+    g, s = best_gamma(0.8, 0.1)
+    assert (g, round(s, 2)) == (6, 2.47)
+
+
+def test_seed_001_worked_numbers():
+    assert round(expected_tokens_per_round(0.75, 3), 2) == 2.73
+    assert round(speedup(0.75, 3, 0.05), 1) == 2.4
+    assert round(speedup(0.8, 4, 0.05), 1) == 2.8
+    g, s = best_gamma(0.8, 0.05)
+    assert (g, round(s, 1)) == (8, 3.1)
+    g, s = best_gamma(0.8, 0.3)                                    # seed 001 ③: optimum 3, ≈ 1.5×
+    assert g == 3 and round(s, 1) == 1.6 and s == pytest.approx(1.554, abs=1e-3)
+
+
+def test_formula_limits_and_identities():
+    for a in (0.0, 0.3, 0.9):
+        for g in range(9):
+            assert expected_tokens_per_round(a, g) == pytest.approx(1 + expected_accepted(a, g))
+    assert expected_tokens_per_round(1.0, 5) == 6
+    assert expected_tokens_per_round(0.0, 5) == 1
+    assert expected_tokens_per_round(0.9, 400) == pytest.approx(10.0, rel=1e-9)    # ceiling 1/(1-α)
+    assert speedup(0.8, 4, 0.0, v=1.0) == expected_tokens_per_round(0.8, 4)
+    assert speedup(0.8, 4, 0.1, v=2.0) == pytest.approx(3.3616 / 2.4)
+    g, _ = best_gamma(0.8, 0.1, v=[0] + [1 + 0.25 * k for k in range(1, 17)])       # costly verification
+    assert g < 6
+
+
+def test_seed_004_formula_against_derived_and_monte_carlo():
+    """Seed 004 quotes 1/(1-α+α/(k+1)) ≈ 2.3× for α=0.7, k=5. That expression evaluates to
+    2.40, the derived formula to 2.94, and a Monte Carlo of the rounds agrees with the latter."""
+    assert amdahl_speedup(0.7, 5) == pytest.approx(2.4, abs=1e-9)
+    derived = expected_tokens_per_round(0.7, 5)
+    assert derived == pytest.approx(2.941, abs=1e-3)
+    flags = simulate_rounds(0.7, 5, 200_000, np.random.default_rng(0))
+    mc = float(np.mean(accepted_prefix_length(flags) + 1))
+    sd = float(np.std(accepted_prefix_length(flags) + 1)) / math.sqrt(200_000)
+    assert abs(mc - derived) < 4 * sd
+    assert abs(mc - amdahl_speedup(0.7, 5)) > 50 * sd
+    for a in (0.0, 1.0):
+        assert amdahl_speedup(a, 5) == pytest.approx(expected_tokens_per_round(a, 5))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: expected_tokens_per_round(1.2, 4), lambda: expected_tokens_per_round(0.5, -1),
+    lambda: speedup(0.5, 4, -0.1), lambda: speedup(0.5, 4, 0.1, v=0), lambda: best_gamma(0.5, 0.1, 0),
+    lambda: simulate_rounds(0.5, 0, 10, np.random.default_rng(0)), lambda: NgramProposer(0),
+])
+def test_bad_input_raises(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+# ----------------------------------------------------------------------------- verification: C18–C20
+
+
+def test_c18_accept_probabilities_residual_and_marginal():
+    p = torch.tensor([0.6, 0.3, 0.1])
+    q = torch.tensor([0.2, 0.5, 0.3])
+    acc = acceptance_probability(p.expand(3, 3), q.expand(3, 3), torch.arange(3))
+    assert torch.allclose(acc, torch.tensor([1.0, 0.6, 1 / 3]))
+    assert torch.allclose(residual_distribution(p, q), torch.tensor([1.0, 0.0, 0.0]))
+    # exact marginal: q·min(1,p/q) + P(reject)·residual = p
+    exact = q * acc + (1 - (q * acc).sum()) * residual_distribution(p, q)
+    assert torch.allclose(exact, p)
+    n = 200_000
+    g = torch.Generator().manual_seed(18)
+    d = sample_from(q.expand(n, 3), g)
+    res = verify(p.expand(n, 2, 3), q.expand(n, 1, 3), d.unsqueeze(1), g)
+    first = torch.where(res.num_accepted > 0, d, res.next_token)
+    freq = torch.bincount(first, minlength=3).double() / n
+    sigma = torch.sqrt(p.double() * (1 - p.double()) / n)
+    assert ((freq - p.double()).abs() < 4 * sigma).all(), (freq, p)
+
+
+def _c19_first_token_freq(verify_fn, n=200_000, seed=19):
+    t_logits = torch.tensor([2.0, 1.5, 1.0, 0.5])
+    d_logits = torch.tensor([0.5, 1.0, 1.5, 2.0])
+    params = SamplingParams(temperature=0.7)
+    g = torch.Generator().manual_seed(seed)
+    d = sample_from(probs_from_logits(d_logits, params).expand(n, 4), g)     # the drafter samples at T
+    res = verify_fn(t_logits.expand(n, 2, 4), d_logits.expand(n, 1, 4), d.unsqueeze(1), params, g)
+    first = torch.where(res.num_accepted > 0, d, res.next_token)
+    freq = torch.bincount(first, minlength=4).double() / n
+    p = torch.softmax(t_logits.double() / 0.7, dim=0)
+    return bool(((freq - p).abs() < 4 * torch.sqrt(p * (1 - p) / n)).all())
+
+
+# ----------------------------------------------------------------------------- deliberately broken verifiers
+
+
+def _broken_verify(p, q, draft, generator, bug):
+    """A copy of ``verify`` with one classic bug (``bug`` names it)."""
+    B, g1, V = p.shape
+    g = g1 - 1
+    accept_prob = acceptance_probability(p[:, :g], q, draft)
+    accepted = torch.rand((B, g), generator=generator) < accept_prob
+    n = accepted_prefix_length(accepted)
+    if bug == "residual_unnormalised":
+        # max(0, p - q) drawn by inverse CDF with one uniform, as a hand-written sampler does
+        # (torch.multinomial would renormalise silently): mass beyond Σr lands on the last id.
+        resid = (p[:, :g] - q).clamp_min(0)
+        dist = torch.cat([resid, p[:, g:]], dim=1)[torch.arange(B), n]
+        u = torch.rand((B, 1), generator=generator)
+        nxt = torch.searchsorted(dist.cumsum(-1), u, right=True).squeeze(1).clamp(max=V - 1)
+        return VerifyResult(n, nxt, accepted, accept_prob)
+    if bug == "resample_from_target":
+        dist = p                                            # rejection resamples from p, not p − q
+    elif bug == "bonus_off_by_one":
+        dist = torch.cat([residual_distribution(p[:, :g], q), p[:, g - 1:g]], dim=1)
+    else:
+        raise ValueError(bug)
+    return VerifyResult(n, sample_from(dist[torch.arange(B), n], generator), accepted, accept_prob)
+
+
+def _logits_fn(bug):
+    """A ``verify_logits`` replacement with ``bug``."""
+    def fn(t_logits, d_logits, draft, params, generator):
+        B, g1, V = t_logits.shape
+        t_params = d_params = params
+        if bug == "temperature_target_only":                # the verifier forgets the draft's T
+            d_params = params.replace(temperature=1.0)
+        if bug == "temperature_draft_only":                 # the verifier forgets the target's T
+            t_params = params.replace(temperature=1.0)
+        p = probs_from_logits(t_logits.reshape(-1, V), t_params).reshape(B, g1, V)
+        q = probs_from_logits(d_logits.reshape(-1, V), d_params).reshape(B, g1 - 1, V)
+        if bug.startswith("temperature"):
+            return verify(p, q, draft, generator)
+        return _broken_verify(p, q, draft, generator, bug)
+    return fn
+
+
+BUGS = ["temperature_target_only", "temperature_draft_only", "bonus_off_by_one",
+        "residual_unnormalised", "resample_from_target"]
+
+
+def test_c19_temperature_on_both_sides():
+    assert _c19_first_token_freq(verify_logits)
+
+
+@pytest.mark.parametrize("bug", ["temperature_target_only", "temperature_draft_only"])
+def test_c19_temperature_on_one_side_fails(bug):
+    assert not _c19_first_token_freq(_logits_fn(bug))
+
+
+def test_c20_only_the_accepted_prefix_counts():
+    flags = torch.tensor([[True, False, True], [True, True, True], [False, True, True]])
+    assert accepted_prefix_length(flags).tolist() == [1, 3, 0]
+    assert (accepted_prefix_length(flags) + 1).tolist() == [2, 4, 1]
+    assert accepted_prefix_length(flags.numpy()).tolist() == [1, 3, 0]
+    # the same through verify: accept prob 1 where the flag is T (p = q), 0 where F (p(d) = 0)
+    V = 6
+    draft = torch.tensor([[1, 2, 3]] * 3)
+    q = torch.nn.functional.one_hot(draft, V).float()
+    p = torch.zeros(3, 4, V)
+    for b in range(3):
+        for i in range(3):
+            p[b, i, draft[b, i] if flags[b, i] else 0] = 1.0
+        p[b, 3, 5] = 1.0                                    # the bonus row: token 5
+    res = verify(p, q, draft, torch.Generator().manual_seed(0))
+    assert res.num_accepted.tolist() == [1, 3, 0]
+    assert [res.tokens(draft, b) for b in range(3)] == [[1, 0], [1, 2, 3, 5], [0]]
+
+
+def test_verify_greedy_is_argmax_match_and_padding():
+    V = 5
+    t = torch.nn.functional.one_hot(torch.tensor([[2, 4, 1]]), V).float()      # target arg-max 2, 4, then 1
+    draft = torch.tensor([[2, 3]])
+    q = torch.nn.functional.one_hot(draft, V).float()
+    res = verify(t, q, draft)
+    assert res.num_accepted.tolist() == [1] and res.next_token.tolist() == [4]
+    res = verify(t, q, torch.tensor([[2, 4]]), num_draft=torch.tensor([1]))    # position 2 is padding
+    assert res.num_accepted.tolist() == [1] and res.next_token.tolist() == [4]
+    with pytest.raises(ValueError):
+        verify(t, q[:, :1], draft)
+
+
+def test_greedy_fast_path_equals_general_verification():
+    """verify_round's greedy branch (arg-max comparison) = verify() on one-hot p and q."""
+    g = torch.Generator().manual_seed(3)
+    V = 7
+    for trial in range(40):
+        k = trial % 5
+        logits = torch.randn(k + 1, V, generator=g) * 3
+        best = logits.argmax(-1)
+        drafts = [int(best[i]) if torch.rand(1, generator=g) < 0.6 else int(torch.randint(V, (1,), generator=g))
+                  for i in range(k)]
+        rec = verify_round(logits, Proposal(drafts), [1, 2], GREEDY)
+        p = torch.nn.functional.one_hot(best, V).float().unsqueeze(0)
+        q = torch.nn.functional.one_hot(torch.tensor(drafts, dtype=torch.long), V).float().reshape(1, k, V)
+        res = verify(p, q, torch.tensor([drafts], dtype=torch.long).reshape(1, k), g)
+        assert (rec.num_accepted, rec.next_token) == (int(res.num_accepted[0]), int(res.next_token[0]))
+        assert rec.accept_prob == res.accept_prob[0].tolist()
+
+
+# ----------------------------------------------------------------------------- distribution on a real pair
+
+
+JOINT_PARAMS = SamplingParams(temperature=0.7, top_k=4)
+N_JOINT = 100_000
+
+
+@pytest.fixture(scope="module")
+def joint_setup():
+    """A target and a perturbed copy as draft (their top-4 sets overlap only partly, so every
+    path — accept, replace, bonus — carries probability); the exact joint and the noise floor."""
+    target = make_lm(3, sharpness=8.0)
+    draft = perturbed(target, 4, 0.3)
+    tree = two_token_tree(target, draft, PROMPT, JOINT_PARAMS)
+    exact = tree.exact_joint(JOINT_PARAMS)
+    floor = sampling_noise_floor(exact, N_JOINT, torch.Generator().manual_seed(8))
+    return (target, draft), tree, exact, floor
+
+
+def _joint_error(setup, verify_fn):
+    _, tree, exact, floor = setup
+    freq = simulate_two_tokens(tree, JOINT_PARAMS, N_JOINT, torch.Generator().manual_seed(7), verify_fn)
+    return total_variation(freq, exact), floor
+
+
+def test_two_token_joint_is_exactly_the_targets(joint_setup):
+    _, tree, exact, _ = joint_setup
+    assert exact.sum() == pytest.approx(1.0, abs=1e-5)
+    assert (exact > 1e-3).sum() >= 8                        # a real joint, not a point mass
+    p0 = probs_from_logits(tree.t0, JOINT_PARAMS)
+    q0 = probs_from_logits(tree.d0, JOINT_PARAMS)
+    assert 0.2 < float(torch.minimum(p0, q0).sum()) < 0.9   # both acceptance and rejection happen
+    err, floor = _joint_error(joint_setup, verify_logits)
+    assert err <= 1.5 * floor, (err, floor)
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_two_token_check_catches_each_classic_bug(joint_setup, bug):
+    err, floor = _joint_error(joint_setup, _logits_fn(bug))
+    assert err > 1.5 * floor, (bug, err, floor)
+
+
+def test_two_token_tree_needs_small_support(joint_setup):
+    pair = joint_setup[0]
+    with pytest.raises(ValueError):
+        two_token_tree(*pair, PROMPT, SamplingParams(temperature=1.0), max_support=64)
+    with pytest.raises(ValueError):
+        two_token_tree(*pair, PROMPT, GREEDY)
+    with pytest.raises(ValueError):
+        two_token_tree(*pair, PROMPT, SamplingParams(temperature=1.0, top_p=0.9))
+
+
+# ----------------------------------------------------------------------------- the loop: C17, greedy equality
+
+
+def test_c17_ngram_on_repeated_prompt(pair):
+    target, _ = pair
+    ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
+    res = speculative_generate(target, NgramProposer(), [1, 1, 1], GREEDY, gamma=4, max_new_tokens=64)
+    assert res.token_ids == ref.token_ids and len(res.token_ids) == 64
+    assert res.rounds[0].draft_tokens == [1]               # the only continuation of [1, 1] in [1, 1, 1]
+    _check_rejects_non_argmax(res)
+
+
+def test_c17_draft_model(pair):
+    target, draft = pair
+    ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
+    res = speculative_generate(target, DraftModelProposer(draft, target), [1, 1, 1], GREEDY, gamma=4,
+                               max_new_tokens=64)
+    assert res.token_ids == ref.token_ids
+    _check_rejects_non_argmax(res)
+    assert any(r.num_accepted == 0 for r in res.rounds)     # a first-position rejection happened
+    assert any(r.num_accepted > 0 for r in res.rounds)
+
+
+def _check_rejects_non_argmax(res):
+    for r in res.rounds:
+        k, n = len(r.draft_tokens), r.num_accepted
+        assert r.draft_tokens[:n] == r.target_argmax[:n]     # accepted ⇔ equal to the target arg-max
+        if n < k:
+            assert r.draft_tokens[n] != r.target_argmax[n]
+        assert r.next_token == r.target_argmax[n]
+
+
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_greedy_speculative_equals_greedy_target(pair, gamma):
+    target, draft = pair
+    prompt = PROMPT + PROMPT[:3]                             # something for n-gram lookup to find
+    ref = generate(target, prompt, GREEDY, max_new_tokens=48, record=False)
+    for proposer in (DraftModelProposer(draft, target), NgramProposer()):
+        res = speculative_generate(target, proposer, prompt, GREEDY, gamma=gamma, max_new_tokens=48)
+        assert res.token_ids == ref.token_ids, (proposer.name, gamma)
+        assert res.stats.produced >= len(res.token_ids)
+        assert res.stats.target_forwards == len(res.rounds)
+
+
+def test_kv_rollback_keeps_caches_consistent(pair):
+    """After every round both caches hold exactly a prefix of the committed sequence."""
+    target, draft = pair
+    prop = DraftModelProposer(draft, target)
+    res = speculative_generate(target, prop, PROMPT, SamplingParams(temperature=1.0, seed=1), gamma=5,
+                               max_new_tokens=40)
+    seq = res.prompt_ids + res.token_ids
+    cached = prop.kv.cached
+    assert cached == seq[:len(cached)]
+    assert prop.kv.cache.get_seq_length() == len(cached)
+
+
+def test_stopping_rules_inside_an_accepted_block(pair):
+    target, _draft = pair
+    full = speculative_generate(target, DraftModelProposer(target, target), PROMPT, GREEDY, gamma=8,
+                                max_new_tokens=30)
+    assert full.stats.alpha == 1.0 and full.rounds[0].bonus  # self-drafting: every token accepted
+    # max_new_tokens in the middle of a block: exactly that many tokens
+    cut = speculative_generate(target, DraftModelProposer(target, target), PROMPT, GREEDY, gamma=8,
+                               max_new_tokens=5)
+    assert cut.token_ids == full.token_ids[:5] and cut.finish_reason == "length"
+    # EOS in the middle of a block: generation stops right after it (pretend token #3 is EOS)
+    eos_id = full.token_ids[3]
+    lm = _WithEos(target.model, target.tokenizer, target.device, "eos", eos=eos_id)
+    res = speculative_generate(lm, DraftModelProposer(lm, lm), PROMPT, GREEDY, gamma=8, max_new_tokens=30)
+    assert res.token_ids == full.token_ids[:full.token_ids.index(eos_id) + 1]
+    assert res.finish_reason == "stop"
+    # a stop string
+    text = target.decode(full.token_ids)
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    if stop.strip():
+        res = speculative_generate(target, NgramProposer(), PROMPT, SamplingParams(temperature=0, stop=(stop,)),
+                                   gamma=8, max_new_tokens=30)
+        assert res.finish_reason == "stop" and stop not in res.text
+
+
+@dataclass
+class _WithEos(LoadedModel):
+    """The same model with another token playing end-of-sequence (the tokenizer is shared, untouched)."""
+
+    eos: int = 0
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.eos
+
+
+def test_sampling_is_seeded_and_stats_add_up(pair):
+    target, draft = pair
+    params = SamplingParams(temperature=0.8, seed=5)
+    a = speculative_generate(target, DraftModelProposer(draft, target), PROMPT, params, gamma=4, max_new_tokens=40)
+    b = speculative_generate(target, DraftModelProposer(draft, target), PROMPT, params, gamma=4, max_new_tokens=40)
+    assert a.token_ids == b.token_ids
+    s = a.stats
+    assert s.rounds == len(a.rounds) == s.target_forwards
+    assert sum(len(r.emitted) for r in a.rounds) == len(a.token_ids) == 40
+    assert s.reached[0] == sum(1 for r in a.rounds if r.draft_tokens)
+    assert all(0 <= x <= 1 for x in s.acceptance_by_position if not math.isnan(x))
+    assert s.tokens_per_round == pytest.approx(1 + sum(s.accepted) / s.rounds)
+    assert 0 < s.mean_overlap <= 1
+
+
+def test_vocabulary_mismatch_is_an_error_at_setup(pair):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    target, _ = pair
+    tok = shipped_tokenizer()
+    other = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok) + 10, n_layer=1, n_head=2, n_embd=32, n_positions=32))
+    with pytest.raises(ValueError, match="vocabulary"):
+        DraftModelProposer(LoadedModel(other, tok, torch.device("cpu"), "other"), target)
+    tok2 = copy.deepcopy(tok)
+    tok2.add_tokens(["<|extra|>"])
+    with pytest.raises(ValueError, match="tokenizer"):
+        check_same_vocabulary(target, LoadedModel(target.model, tok2, torch.device("cpu"), "t2"))
+
+
+def test_lookup_ngram():
+    assert lookup_ngram([5, 6, 7, 8, 5, 6], 3) == [7, 8, 5]
+    assert lookup_ngram([5, 6, 7, 8, 5, 6], 1) == [7]
+    assert lookup_ngram([1, 2, 3], 4) == []
+    assert lookup_ngram([9, 1, 2, 9, 1, 3, 9, 1], 2) == [3, 9]          # latest full-length match
+    assert lookup_ngram([9, 1, 2, 7, 9, 1], 4) == [2, 7, 9, 1]
+
+
+def test_measure_costs_shapes(pair):
+    target, draft = pair
+    cm = measure_costs(target, draft, PROMPT, gammas=[1, 2], repeats=2)
+    assert set(cm.v) == {1, 2} and cm.t_target > 0 and cm.c > 0
+    assert cm.predicted_speedup(2.0, 1) == pytest.approx(2.0 / (cm.c + cm.v[1]))
+
+
+# ----------------------------------------------------------------------------- figures and panels
+
+
+def test_round_cells_and_figures():
+    from labsupport.viz.speculative import (
+        acceptance_by_position_figure,
+        distribution_check_figure,
+        measured_speedup_figure,
+        round_cells,
+        rounds_figure,
+        speedup_curve_figure,
+        tokens_per_forward_heatmap,
+        verify_cost_figure,
+    )
+
+    assert round_cells(["a", "b", "c"], 1, "X") == [("a", "accepted"), ("X", "replaced"), ("b", "discarded"),
+                                                    ("c", "discarded")]
+    assert round_cells(["a", "b"], 2, "B") == [("a", "accepted"), ("b", "accepted"), ("B", "bonus")]
+    assert round_cells([], 0, "t") == [("t", "replaced")]
+    with pytest.raises(ValueError):
+        round_cells(["a"], 2, "X")
+    flags = np.array([[True, False, True], [True, True, True], [False, True, True]])      # C20
+    from labsupport.widgets.speculative import flags_to_rounds
+
+    fig = rounds_figure(flags_to_rounds(flags), lambda i: "t" if i == 0 else f"draft-token-{i}")
+    counts = {tr.name: len(tr.x) for tr in fig.data}
+    assert list(counts.values()) == [1 + 3, 2, 1, 2 + 3]           # accepted, replaced, bonus, discarded
+    assert all(len(t) <= 7 for tr in fig.data for t in tr.text)
+    assert len(speedup_curve_figure([1, 2], [1.8, 2.4], [1.5, 1.7], [1.5, 1.6], best=(2, 1.7)).data) == 4
+    with pytest.raises(ValueError):
+        tokens_per_forward_heatmap([0.5], [1, 2], [[1.0]])
+    assert tokens_per_forward_heatmap([0.5, 0.8], [1], [[1.5], [1.8]]).data[0].z.shape == (2, 1)
+    assert len(acceptance_by_position_figure({"a": [0.5, float("nan")]}, theory_alpha=0.5).data) == 1
+    assert len(measured_speedup_figure([1, 2], {"x": {"measured": [1, 1], "predicted": [1, 1]}}).data) == 2
+    assert len(verify_cost_figure([1, 2], [1.2, 1.4], c=0.3).data) == 1
+    with pytest.raises(ValueError):
+        distribution_check_figure(["a", "b"], [0.5, 0.5], {"s": [1.0]})
+
+
+def test_panels_build_and_react(pair):
+    from labsupport.widgets.speculative import round_panel, theory_panel
+
+    panel = theory_panel(alpha=0.8, gamma=4, c=0.1, n_rounds=500)
+    assert "3.36" in panel.stats.value and "6 (2.47×)" in panel.stats.value
+    panel.controls["alpha"].value = 0.5
+    assert "3.36" not in panel.stats.value
+    assert len(panel.figures[1].data[0].x) + len(panel.figures[1].data[1].x) > 0
+    target, draft = pair
+    box = round_panel(target, draft, "Return the number", gamma=3, max_new_tokens=12)
+    first = box.state["result"]
+    assert len(first.token_ids) == 12
+    box.controls["proposer"].value = "n-gram"
+    assert box.state["result"] is not first and box.state["result"].token_ids == first.token_ids   # greedy
+    box.controls["temperature"].value = 1.0
+    assert len(box.state["result"].token_ids) <= 12
