@@ -39,7 +39,8 @@ test: setup
 
 slides: setup
 	mkdir -p build/slides
-	$(VENV)/bin/jupyter nbconvert --to slides --execute --output-dir build/slides chapters/*.ipynb
+	PLOTLY_RENDERER="plotly_mimetype+notebook" $(VENV)/bin/jupyter nbconvert --to slides --execute \
+		--output-dir build/slides chapters/*.ipynb
 
 bench: setup
 	$(PY) -m labsupport.bench all

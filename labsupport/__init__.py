@@ -7,7 +7,7 @@ Core (no widgets, no plotting): ``models``, ``sampling``, ``generation``, ``beam
 from .models import load_model
 from .sampling import SamplingParams
 
-__all__ = ["load_model", "SamplingParams", "seed_everything"]
+__all__ = ["SamplingParams", "load_model", "seed_everything"]
 __version__ = "0.1.0"
 
 
