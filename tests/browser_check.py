@@ -10,7 +10,8 @@ notebooks (so autosave never writes outputs into the committed chapters).
 For each notebook it saves, under ``--out/<notebook stem>/``:
   ``00_after_run_all.png``          the whole page after "Run All Cells";
   ``cell_NN.png``                   every cell holding a widget panel or a plotly figure;
-  ``cell_NN_slider_K.png``          the cell after moving its K-th slider (keyboard: End / Home);
+  ``cell_NN_slider_K.png``          the cell after moving its K-th slider to its end (keyboard End,
+                                    or Home when it already sits at the end);
   ``cell_NN_button_K.png``          the cell after clicking its K-th button;
 and prints a summary: cells with a Python traceback, panels that did not redraw after a
 slider moved (screenshots compared byte-for-byte), browser console errors. Exit code 1 when
@@ -22,6 +23,7 @@ This is a maintainer's check, not part of ``make test`` (CI has no browser).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -84,6 +86,8 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar", timeout=60_000)
     time.sleep(3)
+    with contextlib.suppress(Exception):  # dismiss the "Jupyter news?" toast, when it is shown
+        page.locator(".jp-toast-button:has-text('No')").first.click(timeout=3000)
     page.click("li.lm-MenuBar-item:has-text('Run')")
     page.click(".lm-Menu-item:has-text('Run All Cells')")
     started = time.time()
@@ -111,13 +115,18 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
         for k, handle in enumerate(handles):
             report["sliders"] += 1
             before = cell.screenshot()
+            start_value = handle.get_attribute("aria-valuenow")
             handle.focus()
-            handle.press("End" if k % 2 == 0 else "Home")
+            handle.press("End")
+            if handle.get_attribute("aria-valuenow") == start_value:   # already at the top: go down
+                handle.press("Home")
             time.sleep(2.5)
             wait_idle(page, 60)
             shot = out / f"cell_{i:02d}_slider_{k}.png"
             after = cell.screenshot(path=str(shot))
-            if after == before:
+            if handle.get_attribute("aria-valuenow") == start_value:
+                report["no_redraw"].append(f"cell {i} slider {k}: slider did not move")
+            elif after == before:
                 report["no_redraw"].append(f"cell {i} slider {k}")
         for k, button in enumerate(cell.query_selector_all("button.jupyter-button, .widget-button")):
             report["buttons"] += 1
@@ -141,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/browser_check"))
     parser.add_argument("--run-timeout", type=float, default=240.0)
     parser.add_argument("--width", type=int, default=1400)
-    parser.add_argument("--height", type=int, default=1000)
+    parser.add_argument("--height", type=int, default=1600)
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
