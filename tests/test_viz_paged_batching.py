@@ -124,7 +124,9 @@ def test_panels_build_and_react():
               for k in range(3)]
     stepper = wp.block_table_stepper(frames, num_blocks=8, block_size=4)
     stepper.children[0].value = 0
-    assert list(stepper.children[2].data[0].text[1:]) == ["0"]
+    shown = stepper.children[2].outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert list(shown["data"][0]["text"][1:]) == ["0"] and "step 0" in shown["layout"]["title"]["text"]
+    assert stepper.children[0].label == "step 0"
 
     bl = wb.batching_lab(num_requests=16)
     bl.children[0].children[0].children[0].value = 0.0                  # no spread: static = continuous

@@ -16,6 +16,11 @@ from ..beam import BeamSearchResult, length_normalised_score
 FONT = {"size": 15}
 COLOURS = {"kept": "#1f77b4", "pruned": "#b0b0b0", "finished": "#2ca02c", "best": "#d62728", "root": "#444444"}
 
+def display_text(text: str) -> str:
+    """Text for a title or label: newlines shown as ⏎, no quotes or escape characters."""
+    return text.replace("\r", "").replace("\n", "⏎")
+
+
 #: Trace names of :func:`beam_tree_figure`, in order.
 TREE_TRACES = ("pruned edges", "beam edges", "best path", "pruned", "beam", "finished", "prompt")
 
@@ -94,7 +99,7 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
 
     def label(i, numbers=True):
         node = nodes[i]
-        return f"{node.token} ({node.cum_log2:.1f})" if numbers else node.token
+        return f"{display_text(node.token)} ({node.cum_log2:.1f})" if numbers else display_text(node.token)
 
     def hover(i):
         node = nodes[i]
@@ -120,8 +125,8 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
         line_w = [4 if i in best else 1 for i in ids]
         fig.add_trace(go.Scatter(
             x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", name=name,
-            opacity=opacity, text=[label(i) for i in ids], textposition="middle right",
-            textfont={"size": 14, "color": "#999999" if name == "pruned" else "#111111"},
+            opacity=opacity, text=["" if name == "pruned" else label(i) for i in ids], textposition="middle right",
+            textfont={"size": 16, "color": "#111111"},
             hovertext=[hover(i) for i in ids], hoverinfo="text",
             marker={"size": 13 if name != "pruned" else 9, "color": colour, "symbol": symbols,
                         "line": {"color": [COLOURS["best"] if i in best else "white" for i in ids], "width": line_w}}))
@@ -134,7 +139,7 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
     if title is None and result.hypotheses:
         b = result.best
         title = (f"Beam search, B = {result.beam_width}, α = {result.length_penalty:g}: best "
-                 f"{b.text!r} (Σ log₂ p = {b.log2prob:.1f}, score Σ ln p / len^α = {b.score:.2f})")
+                 f"“{display_text(b.text)}” (Σ log₂ p = {b.log2prob:.1f}, score Σ ln p / len^α = {b.score:.2f})")
     fig.update_layout(title={"text": title, "font": {"size": 17}}, font=FONT, template="plotly_white",
                       height=max(380, 34 * rows + 140), width=width, margin={"l": 40, "r": 20, "t": 100, "b": 60},
                       legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"}, hovermode="closest")
@@ -145,13 +150,17 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
 
 
 def length_penalty_figure(candidates: Sequence[tuple[str, float, int]],
-                          alphas: Sequence[float] | None = None, marked_alpha: float | None = None) -> go.Figure:
+                          alphas: Sequence[float] | None = None, marked_alpha: float | None = None,
+                          relative: bool = False) -> go.Figure:
     """Score ``Σ log p / len^α`` of each finished hypothesis as α varies: where lines cross, the winner changes.
 
     Args:
         candidates: ``(label, Σ ln p, length)`` per hypothesis.
         alphas: α values on the x axis (default 0 … 2 in steps of 0.05).
         marked_alpha: draw a vertical line here (e.g. the panel's current α).
+        relative: plot each score minus the best score at that α, so the winner lies on 0 and
+            the order stays readable when the scores' scale changes a lot with α; the y axis is
+            then clipped to [-1.5, 0.1] (lines below it are far behind the winner).
 
     Raises:
         ValueError: no candidates, or a length < 1.
@@ -160,13 +169,20 @@ def length_penalty_figure(candidates: Sequence[tuple[str, float, int]],
         raise ValueError("candidates must hold at least one (label, logprob, length), got none")
     alphas = list(alphas) if alphas is not None else [i / 20 for i in range(41)]
     fig = go.Figure()
-    for label, logprob, length in candidates:
-        fig.add_trace(go.Scatter(x=alphas, y=[length_normalised_score(logprob, length, a) for a in alphas],
-                                 mode="lines", name=f"{label} (len {length})", line={"width": 3}))
+    scores = [[length_normalised_score(logprob, length, a) for a in alphas] for _, logprob, length in candidates]
+    if relative:
+        top = [max(col) for col in zip(*scores)]
+        scores = [[v - t for v, t in zip(row, top)] for row in scores]
+    for (label, _, length), ys in zip(candidates, scores):
+        fig.add_trace(go.Scatter(x=alphas, y=ys, mode="lines", name=f"{display_text(label)} (len {length})",
+                                 line={"width": 3}))
     if marked_alpha is not None:
         fig.add_vline(x=marked_alpha, line={"dash": "dash", "color": "#555555"})
     fig.update_layout(title={"text": "Length normalisation: score = Σ log p / len^α", "font": {"size": 17}},
                       font=FONT, template="plotly_white", height=420, legend={"font": {"size": 14}})
     fig.update_xaxes(title="length penalty α")
-    fig.update_yaxes(title="score (nats per len^α)")
+    if relative:
+        fig.update_yaxes(title="score − best score at this α", range=[-1.5, 0.1])
+    else:
+        fig.update_yaxes(title="score (nats per len^α)")
     return fig

@@ -88,7 +88,7 @@ def block_boundaries(block_size: int, memory_tokens: int, columns: int = 64) -> 
 
 def fragmentation_figure(grids: Mapping[str, tuple[np.ndarray, np.ndarray]], counters: Mapping[str, Mapping],
                          step: int, columns: int = 64, block_sizes: Mapping[str, int] | None = None) -> go.Figure:
-    """Two KV memories side by side (seed 001's "연속 할당 vs 페이지 할당" simulator).
+    """Two KV memories side by side (the classic contiguous-vs-paged simulator).
 
     Args:
         grids: ``{"contiguous": (owner, used), "paged": (owner, used)}`` at one step, each a

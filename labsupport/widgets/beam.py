@@ -19,7 +19,7 @@ from ..beam import beam_search
 from ..generation import generate
 from ..models import LoadedModel
 from ..sampling import GREEDY
-from ..viz.beam import beam_tree_figure
+from ..viz.beam import beam_tree_figure, display_text
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -44,14 +44,15 @@ def _summary(lm: LoadedModel, result, greedy, seconds: float) -> str:
     ]
     pad = "padding: 2px 14px 2px 0"
     cells = "".join(
-        f"<tr><td style='{pad}'><b>{name}</b></td><td style='{pad}'><code>{html.escape(text)!s}</code></td>"
+        f"<tr><td style='{pad}'><b>{name}</b></td><td style='{pad}'><code>{html.escape(display_text(text))}</code></td>"
         f"<td style='{pad}'>{bits:.2f}</td><td style='{pad}'>{'' if score is None else f'{score:.3f}'}</td></tr>"
         for name, text, bits, score in rows)
     diff = best.log2prob - g_bits if len(best.token_ids) == len(greedy.token_ids) else None
     note = (f"score difference (log₂): <b>{diff:+.2f}</b>" if diff is not None
             else "the two outputs have different lengths: compare their scores, not the raw sums")
-    return (f"<table style='font-size:15px'><tr><th></th><th>text</th><th>Σ log₂ p</th><th>score (Σ ln p / len^α)</th></tr>"
-            f"{cells}</table><div style='font-size:15px'>{note} · {result.model_calls} model calls, "
+    return (f"<table style='font-size:15px'><tr><th style='{pad}'></th><th style='{pad}'>text</th>"
+            f"<th style='{pad}'>Σ log₂ p</th><th style='{pad}'>score (Σ ln p / len^α)</th></tr>"
+            f"{cells}</table><div style='font-size:15px'>{note} · {result.model_calls} model call{'' if result.model_calls == 1 else 's'}, "
             f"{result.token_forwards} token-forwards · {seconds * 1e3:.0f} ms</div>")
 
 

@@ -16,7 +16,7 @@ from .beam import show_figure
 
 def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4,
                        width_px: int = 940) -> widgets.VBox:
-    """Seed 001's "recompute vs reuse" animation: P and n sliders, a step slider with a play button.
+    """The classic "recompute vs reuse" animation: P and n sliders, a step slider with a play button.
 
     Shows the positions computed at the current step (red) for both methods, the cumulative
     counts (parabola vs line) and the saving factor.
@@ -78,7 +78,7 @@ BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch: int = 1,
                          kv_dtype: str = "fp16", extra_presets: dict[str, kv.ModelShape] | None = None,
                          width_px: int = 940) -> widgets.VBox:
-    """Seed 001's KV memory calculator: preset, attention type, KV precision, sequence length, batch.
+    """The KV memory calculator: preset, attention type, KV precision, sequence length, batch.
 
     Args:
         preset: initial model (a key of :data:`labsupport.kv.PRESETS` or of ``extra_presets``).

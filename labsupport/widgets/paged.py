@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from ..sim.fragmentation import Workload, compare
 from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
+from .beam import show_figure
 
 
 def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:
@@ -44,7 +45,7 @@ def _table_text(run, step: int, first: int = 4) -> str:
 
 
 def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) -> W.VBox:
-    """Seed 001's fragmentation simulator: contiguous vs paged on one request stream.
+    """The fragmentation simulator: contiguous vs paged on one request stream.
 
     Sliders: reservation length, block size, arrival rate (each re-runs
     :func:`labsupport.sim.fragmentation.compare`, ~0.2 s) and the step shown (with a play
@@ -142,7 +143,8 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
         start: the frame shown first (default: the one holding the most blocks).
 
     Returns:
-        a ``VBox`` showing frame ``start``.
+        a ``VBox`` (slider, info, an ``Output`` showing the figure) showing frame ``start``;
+        the slider's value is the frame index, its readout the frame's label.
     """
     if not frames:
         raise ValueError("frames must hold at least one recorded step, got none")
@@ -160,23 +162,24 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
 
     k0 = start if start is not None else max(range(len(frames)),
                                              key=lambda k: sum(len(t) for t in frames[k]["block_tables"].values()))
-    out = _figure_widget(figure(k0))
+    # A plain plotly output redrawn on every move (not a FigureWidget updated in place: in
+    # JupyterLab 4 that one could stay blank, axes without data or title).
+    out = W.Output()
+    show_figure(out, figure(k0))
     info = W.HTML(describe(frames[k0]) if describe else "")
-    slider = W.IntSlider(value=k0, min=0, max=len(frames) - 1, description="engine step")
+    # The slider's readout is the frame's label ("step 9"), so it always agrees with the title.
+    labels = [str(f["label"]) for f in frames]
+    if len(set(labels)) < len(labels):
+        labels = [f"{lab} ({k})" for k, lab in enumerate(labels)]
+    slider = W.SelectionSlider(options=list(zip(labels, range(len(frames)))), value=k0, description="engine",
+                               continuous_update=False)
     slider.layout.width = "500px"
 
     def redraw(change) -> None:
-        new = figure(change["new"])
-        with out.batch_update():
-            for i in (0, 1):                                    # block tables, physical pool
-                for key in ("x", "y", "text", "hovertext"):
-                    setattr(out.data[i], key, getattr(new.data[i], key))
-                out.data[i].marker.color = new.data[i].marker.color
-                out.data[i].textfont.color = new.data[i].textfont.color
-            out.layout.title.text = new.layout.title.text
-            out.layout.xaxis.range = new.layout.xaxis.range
+        k = change["new"]
+        show_figure(out, figure(k))
         if describe:
-            info.value = describe(frames[change["new"]])
+            info.value = describe(frames[k])
 
     slider.observe(redraw, "value")
     return W.VBox([slider, info, out])
