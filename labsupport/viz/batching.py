@@ -26,7 +26,7 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
 def step_time_figure(batches: Sequence[int], step_ms: Sequence[float], tokens_per_s: Sequence[float],
                      ceiling: float | None = None, marks: Sequence[int] = (),
                      title: str = "Step time t(B) = (W + B·K) / BW") -> go.Figure:
-    """Step time and throughput vs batch size (seed 000 §5.3.1), optionally with the ``BW/K`` ceiling.
+    """Step time and throughput vs batch size, optionally with the ``BW/K`` ceiling.
 
     Args:
         batches: batch sizes ``B``.

@@ -4,7 +4,7 @@ Pure functions: numbers and strings in, a ``plotly.graph_objects.Figure`` out; n
 runs a model or imports widgets. Every figure has a fixed set of traces so that a panel can
 wrap it in a ``go.FigureWidget`` and update the data in place.
 
-Colours follow seed 001's simulator: green = accepted draft token, red = rejected and
+Colours follow the classic simulator's: green = accepted draft token, red = rejected and
 replaced by the target's own token, purple = bonus token after full acceptance, grey =
 drafted but discarded (after the first rejection).
 """
@@ -58,49 +58,62 @@ def round_cells(draft_labels: Sequence[str], num_accepted: int, next_label: str)
 
 def rounds_figure(rounds: Sequence, label: Callable[[int], str] | None = None, *,
                   title: str = "Draft-verify rounds", max_rounds: int = 12) -> go.Figure:
-    """Rounds drawn like seed 001's simulator: one row per round, one cell per token.
+    """Rounds drawn like the classic simulator: one row per round, one cell per token.
 
     Args:
         rounds: objects with ``draft_tokens``, ``num_accepted``, ``next_token`` (e.g.
             :class:`labsupport.speculative.RoundRecord`); at most ``max_rounds`` are drawn.
-        label: token id → display string (default: the id itself); cut to 7 characters.
+        label: token id → display string (default: the id itself); shown without its leading
+            or trailing spaces and cut to 7 characters (the hover shows the full token).
         title: figure title.
 
     Returns:
         A figure with four scatter traces (accepted, replaced, bonus, discarded) of square
-        markers with the token text on them; rows top to bottom = rounds in order.
+        markers with the token text on them (``customdata``: the full token); rows top to
+        bottom = rounds in order; a colour key is written above the rounds.
     """
     base = label or str
 
     def short(t: int) -> str:                     # keep a token inside its square
-        text = base(t)
+        text = base(t).strip() or repr(base(t))
         return text if len(text) <= 7 else text[:6] + "…"
 
     rows = list(rounds)[:max_rounds]
     pts = {s: ([], [], []) for s in ("accepted", "replaced", "bonus", "discarded")}
+    fulls: dict[str, list[str]] = {}
     for r, rec in enumerate(rows):
-        cells = round_cells([short(int(t)) for t in rec.draft_tokens], int(rec.num_accepted),
-                            short(int(rec.next_token)))
-        for x, (lab, status) in enumerate(cells):
+        drafts = [int(t) for t in rec.draft_tokens]
+        cells = round_cells([short(t) for t in drafts], int(rec.num_accepted), short(int(rec.next_token)))
+        full = [repr(base(t)) for t in drafts[:int(rec.num_accepted)]] + [repr(base(int(rec.next_token)))] \
+            + [repr(base(t)) for t in drafts[int(rec.num_accepted):]]
+        for x, ((lab, status), whole) in enumerate(zip(cells, full)):
             pts[status][0].append(x)
             pts[status][1].append(r)
             pts[status][2].append(lab)
+            fulls.setdefault(status, []).append(whole)
     fig = go.Figure()
-    names = {"accepted": "accepted draft", "replaced": "target's own token (replacement)",
-             "bonus": "bonus token", "discarded": "rejected / discarded draft"}
+    names = {"accepted": "accepted draft", "replaced": "rejected draft, replaced by the target's token",
+             "bonus": "bonus token (all drafts accepted)", "discarded": "discarded draft (after the rejection)"}
     colors = {"accepted": ACCEPTED, "replaced": REPLACED, "bonus": BONUS, "discarded": DISCARDED}
     for status, (xs, ys, labs) in pts.items():
-        fig.add_trace(go.Scatter(x=xs, y=ys, text=labs, mode="markers+text", name=names[status],
-                                 marker={"symbol": "square", "size": 46, "color": colors[status]},
+        fig.add_trace(go.Scatter(x=xs, y=ys, text=labs, customdata=fulls.get(status, []), mode="markers+text",
+                                 name=names[status], showlegend=False,
+                                 marker={"symbol": "square", "size": 62, "color": colors[status]},
                                  textfont={"size": FONT_SIZE - 2, "color": "black"},
-                                 hovertemplate="%{text}<extra>" + names[status] + "</extra>"))
+                                 hovertemplate="%{customdata}<extra>" + names[status] + "</extra>"))
+    key = "<br>".join("   ".join(f"<span style='color:{colors[s]}'>■</span> {names[s]}" for s in pair)
+                      for pair in (("accepted", "replaced"), ("bonus", "discarded")))
+    fig.add_annotation(text=key, xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom",
+                       yshift=10, showarrow=False, align="left", font={"size": FONT_SIZE - 2})
     n = max(len(rows), 1)
-    fig.update_yaxes(autorange="reversed", tickvals=list(range(n)), ticktext=[f"round {i + 1}" for i in range(n)],
+    fig.update_yaxes(range=[n - 0.5, -0.5], tickvals=list(range(n)), ticktext=[f"round {i + 1}" for i in range(n)],
                      showgrid=False, zeroline=False)
     width = max((len(r.draft_tokens) + 1 for r in rows), default=2)    # γ + 1 cells at most
     fig.update_xaxes(title="token of the round (emitted, then discarded)", range=[-0.6, width - 0.4],
                      dtick=1, showgrid=False, zeroline=False)
-    return _style(fig, title, 140 + 52 * n)
+    fig = _style(fig, title, 140 + 68 * n)
+    fig.update_layout(margin={"t": 130, "b": 60}, height=190 + 76 * n)   # colour key above; 76 px per round
+    return fig
 
 
 def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float], speedup: Sequence[float],
@@ -128,7 +141,8 @@ def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float
                              name="speed-up (Monte Carlo)", mode="markers",
                              marker={"color": MEASURED, "size": 11, "symbol": "circle-open", "line": {"width": 3}}))
     fig.add_trace(go.Scatter(x=[best[0]] if best else [], y=[best[1]] if best else [], name="best γ",
-                             mode="markers+text", text=[f"best γ = {best[0]}: {best[1]:.2f}×"] if best else [],
+                             mode="markers+text", text=([f"best γ ≥ {best[0]} (edge of the range): {best[1]:.2f}×" if best[0] == max(gammas)
+                                    else f"best γ = {best[0]}: {best[1]:.2f}×"] if best else []),
                              textposition="top left" if best and best[0] > (min(gammas) + max(gammas)) / 2 else "top right",
                              marker={"symbol": "star", "size": 20, "color": "#e377c2"}))
     fig.add_hline(y=1.0, line={"color": "black", "width": 1, "dash": "dash"})
@@ -141,7 +155,7 @@ def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float
 
 def tokens_per_forward_heatmap(alphas: Sequence[float], gammas: Sequence[int], table: Sequence[Sequence[float]], *,
                                title: str = "Tokens per target forward (1−α^(γ+1))/(1−α)") -> go.Figure:
-    """Seed 000's table as a heatmap with the numbers written in: rows α, columns γ.
+    """The source text's table as a heatmap with the numbers written in: rows α, columns γ.
 
     Raises:
         ValueError: ``table`` is not ``len(alphas) × len(gammas)``.
@@ -184,7 +198,7 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
 
     Args:
         series: name → ``{"measured": [...], "predicted": [...], "seed": [...]}`` (each per γ;
-            ``"seed"`` = the seeds' formula with v = 1, optional).
+            ``"seed"`` = the textbook formula with v = 1, optional).
     """
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
     fig = go.Figure()
@@ -196,7 +210,7 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
             fig.add_trace(go.Scatter(x=list(gammas), y=list(d["predicted"]), name=f"{name}: E/(γc+v(γ))",
                                      mode="lines", line={"color": col, "dash": "dash", "width": 2}))
         if "seed" in d:
-            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["seed"]), name=f"{name}: seed formula (v=1)",
+            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["seed"]), name=f"{name}: formula with v=1",
                                      mode="lines", line={"color": col, "dash": "dot", "width": 1}))
     fig.add_hline(y=1.0, line={"color": "black", "width": 1})
     fig.update_xaxes(title="draft length γ (tokens)", dtick=1)
@@ -208,7 +222,7 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
 
 def verify_cost_figure(gammas: Sequence[int], v: Sequence[float], *, c: float | None = None,
                        title: str = "Verification cost v(γ): a target forward over γ+1 tokens") -> go.Figure:
-    """Bars of v(γ) (× one decode step) against the seeds' assumption v = 1 (dashed)."""
+    """Bars of v(γ) (× one decode step) against the textbook assumption v = 1 (dashed)."""
     fig = go.Figure(go.Bar(x=list(gammas), y=list(v), name="measured v(γ)", marker_color=THEORY,
                            text=[f"{x:.2f}" for x in v], textposition="outside"))
     fig.add_hline(y=1.0, line={"dash": "dash", "color": "black"}, annotation_text="v = 1 (bandwidth-bound GPU)")

@@ -43,7 +43,7 @@ def _text(*lines: str) -> str:
 # ----------------------------------------------------------------------------- step time
 
 def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: float = 3.3) -> W.VBox:
-    """``t(B) = (W + B·K) / BW`` with sliders for ``K`` (KV per request) and ``W`` (seed 000 §5.3.1)."""
+    """``t(B) = (W + B·K) / BW`` with sliders for ``K`` (KV per request) and ``W``."""
     kv = _slider(W.FloatSlider(value=kv_gb, min=0.01, max=2.0, step=0.01, description="K (GB/request)",
                                continuous_update=False))
     wt = _slider(W.FloatSlider(value=weight_gb, min=1.0, max=140.0, step=1.0, description="W (GB weights)",
@@ -92,10 +92,10 @@ def _gantt_traces(run):
 
 def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 225, spread: float = 7 / 9,
                  seed: int = 0) -> W.VBox:
-    """Static vs continuous batching of a bimodal workload, on slots (seed 000 §5.3.4).
+    """Static vs continuous batching of a bimodal workload, on slots.
 
     Half the requests produce ``mean·(1 − spread)`` tokens, half ``mean·(1 + spread)``
-    (alternating, so every static batch holds both kinds as in the seed's example).
+    (alternating, so every static batch holds both kinds as in the source text's example).
     Sliders: length spread, batch size, number of requests. Shows both Gantt charts, the
     simulated step counts and the closed form of :func:`labsupport.serving_math.batching_report`.
     """
@@ -199,7 +199,7 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
 
 def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 512, num_requests: int = 200,
                        seed: int = 0) -> W.VBox:
-    """Colocated vs chunked prefill vs disaggregated prefill/decode, on the seeds' H100 cost model.
+    """Colocated vs chunked prefill vs disaggregated prefill/decode, on the source text's H100 cost model.
 
     Requests: half with a 256-token prompt, half with ``long_prompt`` tokens, 128 output
     tokens each, Poisson arrivals. Two machines in every case (two colocated replicas, or

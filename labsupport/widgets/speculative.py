@@ -46,7 +46,7 @@ def _copy_figure(target: go.FigureWidget, new: go.Figure) -> None:
     others, and the browser then drops it (an unchanged ``x`` falls back to 0, 1, 2, …).
     """
     for old, fresh in zip(target.data, new.data):
-        old.update({k: getattr(fresh, k) for k in ("x", "y", "text", "textposition")
+        old.update({k: getattr(fresh, k) for k in ("x", "y", "text", "customdata", "textposition")
                     if getattr(fresh, k, None) is not None})
     target.layout = new.layout
 
@@ -66,10 +66,10 @@ def _sim_label(i: int) -> str:
 
 def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_max: int = 12,
                  n_rounds: int = 4000, seed: int = 0) -> widgets.VBox:
-    """Seed 001's "theory vs Monte Carlo" simulator with sliders α, γ, c and verification cost s.
+    """The classic "theory vs Monte Carlo" simulator with sliders α, γ, c and verification cost s.
 
     Top: speed-up vs γ — theory ``(1−α^(γ+1)) / ((1−α)(γc + v))`` with ``v(γ) = 1 + s·γ``
-    (s = 0 is the seeds' free verification), Monte Carlo points from ``n_rounds`` simulated
+    (s = 0 is the textbook's free verification), Monte Carlo points from ``n_rounds`` simulated
     rounds per γ, the best γ. Bottom: 12 simulated rounds at the selected γ.
 
     Returns:
@@ -111,7 +111,8 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
             _stat("tokens / target forward (theory)", f"{expected_tokens_per_round(a, g):.2f}"),
             _stat(f"Monte Carlo ({n_rounds} rounds)", f"{mc_tokens[g - 1]:.2f}"),
             _stat("speed-up theory / MC", f"{theory[g - 1]:.2f}× / {mc[g - 1]:.2f}×"),
-            _stat("best γ", f"{best[0]} ({best[1]:.2f}×)"),
+            _stat("best γ", f"≥ {best[0]} (edge of the range, {best[1]:.2f}×)" if best[0] == gamma_max
+                  else f"{best[0]} ({best[1]:.2f}×)"),
         ])
 
     for w in controls.values():
