@@ -4,8 +4,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Property tests draw the same examples on every run (CI must be repeatable).
+settings.register_profile("course", derandomize=True, deadline=None)
+settings.load_profile("course")
 torch.set_num_threads(int(os.environ.get("LABSUPPORT_TEST_THREADS", "1")))
 
 from helpers import make_tiny_lm
