@@ -40,14 +40,6 @@ INF = float("inf")
 NO_EOS = GREEDY.replace(ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def kept(z: torch.Tensor) -> set[int]:
     return set(torch.nonzero(torch.isfinite(z.flatten())).flatten().tolist())
 

@@ -14,15 +14,6 @@ from labsupport.sampling import GREEDY, SamplingParams
 GREEDY_NO_EOS = GREEDY.replace(ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny models run fastest on one thread (and two threads fight over a busy CPU)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def random_prompts(lm, lengths, seed=0):
     g = torch.Generator().manual_seed(seed)
     vocab = lm.model.config.vocab_size
