@@ -1,0 +1,108 @@
+"""When a sequence is finished, why, and what its text is: the one stopping path.
+
+Every decoding path — :func:`labsupport.generation.generate`, beam search, the paged
+``LLMEngine`` and both speculative paths — builds a :class:`StopRule` once per request and
+asks :meth:`StopRule.check` after each new token. The rule follows vLLM's
+``SamplingParams`` semantics:
+
+* ``"stop"``: the token is an end-of-sequence id (a model may have several: instruction-tuned
+  checkpoints list more than one in ``generation_config.eos_token_id``), one of
+  ``stop_token_ids``, or the decoded new text now contains one of the ``stop`` strings.
+  ``ignore_eos`` switches off the EOS ids only. Before ``min_tokens`` new tokens exist, no
+  EOS / stop id / stop string ends the sequence.
+* ``"length"``: ``max_tokens`` new tokens exist, or the context window is full.
+
+The returned ``token_ids`` keep the stopping token; the *text* drops a final EOS or stop id
+and is cut before the earliest stop string (vLLM's default, ``include_stop_str_in_output=False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+STOP, LENGTH = "stop", "length"
+
+
+def stop_string_index(text: str, stops: Sequence[str]) -> int | None:
+    """Index where the earliest of ``stops`` starts in ``text``, or ``None``."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def eos_ids_of(*sources) -> frozenset[int]:
+    """Every end-of-sequence id named by ``sources`` (ints, lists of ints or ``None``)."""
+    ids: set[int] = set()
+    for src in sources:
+        if src is None:
+            continue
+        if isinstance(src, Iterable) and not isinstance(src, (str, bytes)):
+            ids.update(int(i) for i in src if i is not None)
+        else:
+            ids.add(int(src))
+    return frozenset(ids)
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """The stop conditions of one request.
+
+    Attributes:
+        end_ids: ids that end the sequence — the model's EOS ids (unless ``ignore_eos``) and
+            the request's ``stop_token_ids``.
+        stop: stop strings, searched in the decoded new text.
+        min_tokens: no stop before this many new tokens.
+        max_tokens: most new tokens (already cut to the context window by the caller).
+    """
+
+    end_ids: frozenset[int]
+    stop: tuple[str, ...]
+    min_tokens: int
+    max_tokens: int
+
+    @classmethod
+    def from_params(cls, params, eos_token_ids: Iterable[int] | int | None, max_tokens: int) -> StopRule:
+        """The rule for ``params`` (a :class:`~labsupport.sampling.SamplingParams`) on a model whose
+        end-of-sequence ids are ``eos_token_ids``, allowed ``max_tokens`` new tokens."""
+        eos = frozenset() if params.ignore_eos else eos_ids_of(eos_token_ids)
+        stop_ids = eos_ids_of(getattr(params, "stop_token_ids", ()))
+        return cls(end_ids=eos | stop_ids, stop=tuple(params.stop),
+                   min_tokens=int(getattr(params, "min_tokens", 0)), max_tokens=int(max_tokens))
+
+    def check(self, new_ids: Sequence[int], decode: Callable[[list[int]], str] | None = None) -> str | None:
+        """Finish reason after the last token of ``new_ids`` was appended, or ``None`` to go on.
+
+        ``decode`` turns ids into text; without it stop strings are not checked.
+        """
+        n = len(new_ids)
+        if n >= self.min_tokens and n > 0:
+            if new_ids[-1] in self.end_ids:
+                return STOP
+            if self.stop and decode is not None and stop_string_index(decode(list(new_ids)), self.stop) is not None:
+                return STOP
+        if n >= self.max_tokens:
+            return LENGTH
+        return None
+
+    def first_finish(self, new_ids: Sequence[int], start: int,
+                     decode: Callable[[list[int]], str] | None = None) -> tuple[int, str | None]:
+        """Check tokens ``new_ids[start:]`` one at a time (a speculative round commits several).
+
+        Returns ``(end, reason)``: the sequence keeps ``new_ids[:end]``; ``reason`` is the
+        finish reason at that token, or ``None`` when none of them finished it.
+        """
+        for end in range(max(start, 0) + 1, len(new_ids) + 1):
+            reason = self.check(new_ids[:end], decode)
+            if reason is not None:
+                return end, reason
+        return len(new_ids), None
+
+    def text(self, new_ids: Sequence[int], finish_reason: str | None,
+             decode: Callable[[list[int]], str]) -> str:
+        """The user-visible text: a final end id dropped, cut before the earliest stop string."""
+        ids = list(new_ids)
+        if finish_reason == STOP and ids and ids[-1] in self.end_ids:
+            ids = ids[:-1]
+        text = decode(ids)
+        cut = stop_string_index(text, self.stop) if self.stop else None
+        return text if cut is None else text[:cut]
