@@ -15,7 +15,7 @@ ALLOW_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # so outputs you saved while working never fail `make test` (tests/notebook_tools.py --test-copy).
 NBVAL_COPY  := build/nbval
 
-.PHONY: setup git-filter lab test unit nbval nbval-copy slides slides-assets check bench clean
+.PHONY: setup git-filter lab test unit nbval nbval-copy slides check bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,10 +54,11 @@ test: nbval-copy
 	$(PY) -m labsupport.check
 	$(PY) -m pytest -q tests $(NBVAL_ARGS) $(NBVAL_COPY)/chapters/
 
+# Offline reveal.js decks: reveal.js, MathJax and plotly.js are copied from installed packages into
+# build/slides/vendor/, so the HTML opens from disk with no network. Live panels appear as static
+# snapshots; for live sliders present from JupyterLab (jupyterlab-slideshow, "Toggle Deck").
 slides: setup
-	mkdir -p build/slides
-	PLOTLY_RENDERER="plotly_mimetype+notebook" $(VENV)/bin/jupyter nbconvert --to slides --execute \
-		--output-dir build/slides chapters/*.ipynb
+	$(PY) -m labsupport.slides chapters/*.ipynb --out build/slides
 
 bench: setup
 	$(PY) -m labsupport.bench all

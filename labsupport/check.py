@@ -29,9 +29,9 @@ def _version(dist: str) -> str | None:
 
 
 def lab_extensions() -> dict[str, bool]:
-    """Which JupyterLab front-end extensions are installed (widgets manager, plotly renderer)."""
+    """Which JupyterLab front-end extensions are installed (widgets manager, plotly renderer, live slides)."""
     found: dict[str, bool] = {"@jupyter-widgets/jupyterlab-manager": False, "jupyterlab-plotly": False,
-                              "anywidget": False}
+                              "anywidget": False, "jupyterlab-slideshow": False}
     try:
         out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
                              capture_output=True, text=True, timeout=60, check=False)

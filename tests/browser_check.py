@@ -49,6 +49,8 @@ def free_port() -> int:
 def start_lab(port: int, root_dir: Path) -> subprocess.Popen:
     """JupyterLab on ``root_dir`` (a scratch copy: autosave must never touch the committed chapters)."""
     jupyter = ROOT / ".venv" / "bin" / "jupyter"
+    if not jupyter.exists():                       # e.g. a git worktree using another checkout's venv
+        jupyter = Path(sys.executable).parent / "jupyter"
     cmd = [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
            f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]

@@ -89,7 +89,8 @@ def _committed(path: Path) -> str:
     Outside git, or for a chapter not committed yet, the working file."""
     rel = path.relative_to(ROOT).as_posix()
     if shutil.which("git"):
-        done = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel}"], capture_output=True, text=True)
+        done = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel}"], check=False,
+                              capture_output=True, text=True)
         if done.returncode == 0:
             return done.stdout
     return path.read_text(encoding="utf-8")
@@ -144,12 +145,12 @@ def test_committed_chapters_are_what_the_git_filter_commits():
 def test_setup_installs_the_output_filter_and_lab_runs_as_root():
     makefile = (ROOT / "Makefile").read_text()
     assert "nbstripout --install --attributes .gitattributes" in makefile
-    assert re.search(r"^setup: .*git-filter", makefile, re.M)
+    assert re.search(r"^setup: .*git-filter", makefile, re.MULTILINE)
     attrs = (ROOT / ".gitattributes").read_text()
     assert "*.ipynb filter=nbstripout" in attrs and "*.ipynb diff=ipynb" in attrs
     assert "nbstripout" in _pyproject() and "nbstripout" in _conda()
     assert '[ "$$(id -u)" = 0 ] && echo --allow-root' in makefile
-    lab = re.search(r"^lab: .*\n\t(.*)$", makefile, re.M).group(1)
+    lab = re.search(r"^lab: .*\n\t(.*)$", makefile, re.MULTILINE).group(1)
     assert "$(ALLOW_ROOT)" in lab and "$(LAB_ARGS)" in lab
     # make test runs nbval on the clean copy, never on the working chapters
     test_rule = makefile[makefile.index("\ntest:"):]

@@ -15,6 +15,8 @@ import time
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from labsupport.widgets.snapshot import Panel
+
 from ..beam import beam_search
 from ..generation import generate
 from ..models import LoadedModel
@@ -113,4 +115,4 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
     for control in (prompt_box, width, steps, alpha, early):
         control.observe(redraw, names="value")
     controls = widgets.VBox([prompt_box, widgets.HBox([width, steps]), widgets.HBox([alpha, early])])
-    return widgets.VBox([controls, tree, summary, out])
+    return Panel([controls, tree, summary, out])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from labsupport.widgets.snapshot import Panel
+
 from .. import kv
 from ..viz.kv import kv_cells_figure, kv_counts_figure, memory_figure
 from .beam import show_figure
@@ -68,7 +70,7 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
 
     for control in (P, n, step_w):
         control.observe(redraw, names="value")
-    return widgets.VBox([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts])
+    return Panel([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts])
 
 
 SEQ_LENS = [2 ** k for k in range(7, 18)]            # 128 … 131,072 tokens
@@ -137,4 +139,4 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
 
     for control in (model, attention, precision, length, batch_w):
         control.observe(redraw, names="value")
-    return widgets.VBox([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart])
+    return Panel([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart])

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from labsupport.widgets.snapshot import Panel
+
 from ..sim.fragmentation import Workload, compare
 from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
 from .beam import show_figure
@@ -124,7 +126,7 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
     step.layout.width = "380px"
     controls = W.HBox([W.VBox([reservation, bsize, rate], layout=W.Layout(min_width="430px")),
                        W.VBox([W.HBox([play, step]), table])])
-    return W.VBox([controls, grid_fig, line_fig])
+    return Panel([controls, grid_fig, line_fig])
 
 
 def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int,
@@ -182,4 +184,4 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
             info.value = describe(frames[k])
 
     slider.observe(redraw, "value")
-    return W.VBox([slider, info, out])
+    return Panel([slider, info, out])

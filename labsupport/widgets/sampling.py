@@ -36,6 +36,7 @@ from labsupport.sampling import (
     trace_filters,
 )
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
+from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
 
@@ -183,7 +184,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     shift_button.on_click(on_shift)
     reset_button.on_click(on_reset)
     update()
-    box = widgets.VBox([prompt_box, widgets.HBox([t_slider, shift_button, reset_button]), stats, figure])
+    box = Panel([prompt_box, widgets.HBox([t_slider, shift_button, reset_button]), stats, figure])
     box.controls = {"prompt": prompt_box, "temperature": t_slider, "shift": shift_button, "reset": reset_button}
     box.figure, box.stats, box.update, box.cache = figure, stats, update, cache
     return box
@@ -316,7 +317,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                         layout=widgets.Layout(width="50%"))
     right = widgets.VBox([controls[k] for k in ("repetition_penalty", "seed", "max_new_tokens", "samples")],
                          layout=widgets.Layout(width="50%"))
-    box = widgets.VBox([controls["prompt"], widgets.HBox([left, right]), stats, figure, continuation, output])
+    box = Panel([controls["prompt"], widgets.HBox([left, right]), stats, figure, continuation, output])
     box.controls, box.figure, box.update, box.cache = controls, figure, update, cache
     box.samples, box.output, box.stats, box.continuation = samples, output, stats, continuation
     return box
