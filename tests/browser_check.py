@@ -53,7 +53,7 @@ def start_lab(port: int, root_dir: Path) -> subprocess.Popen:
         jupyter = Path(sys.executable).parent / "jupyter"
     cmd = [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
-           f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+           f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", f"--LabApp.user_settings_dir={root_dir / '.user-settings'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(root_dir / ".workspaces")}
     log = open(f"/tmp/browser_check_lab_{port}.log", "w")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root_dir, start_new_session=True,
