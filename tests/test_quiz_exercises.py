@@ -66,7 +66,7 @@ def test_quiz_panel_shows_feedback_and_never_throws():
 
 
 def test_check_function_reports_stub_error_mismatch_and_pass(capsys):
-    ref = lambda x, k: torch.topk(x, k).indices.tolist()  # noqa: E731
+    ref = lambda x, k: torch.topk(x, k).indices.tolist()
     cases = [(torch.tensor([1.0, 3.0, 2.0]), 1), (torch.tensor([5.0, 4.0]), 2)]
 
     def stub(x, k):
@@ -86,8 +86,8 @@ def test_check_function_reports_stub_error_mismatch_and_pass(capsys):
 def test_check_answer_none_wrong_right_and_threshold():
     alpha_star = math.log(4.9 / 2.4) / math.log(7 / 3)                  # B wins only from α* = 0.8424…
     smallest = math.ceil(alpha_star * 100) / 100
-    wins = lambda a: -4.9 / 7 ** a > -2.4 / 3 ** a  # noqa: E731
-    accept = lambda a: wins(a) and not wins(a - 0.01)  # noqa: E731
+    wins = lambda a: -4.9 / 7 ** a > -2.4 / 3 ** a
+    accept = lambda a: wins(a) and not wins(a - 0.01)
     assert not check_answer(None, name="my_alpha", accept=accept).done
     assert not check_answer(0.84, name="my_alpha", accept=accept, explain=lambda a: "A still wins")
     assert check_answer(smallest, name="my_alpha", accept=accept)

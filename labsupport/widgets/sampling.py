@@ -106,7 +106,7 @@ def _set_token_axis(figure: go.FigureWidget, fresh: go.Figure) -> None:
     """Give ``figure`` the token labels of ``fresh`` (tick positions/labels of both y axes, hover text)."""
     with figure.batch_update():
         for name in ("yaxis", "yaxis2"):
-            axis = fresh.layout[name] if name in fresh.layout else None
+            axis = fresh.layout[name] if name in fresh.layout else None  # noqa: SIM401 - a Layout has no .get
             if axis is not None and axis.ticktext is not None and name in figure.layout:
                 figure.layout[name].tickvals = list(axis.tickvals)
                 figure.layout[name].ticktext = list(axis.ticktext)
