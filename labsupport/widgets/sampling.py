@@ -115,7 +115,7 @@ def _set_token_axis(figure: go.FigureWidget, fresh: go.Figure) -> None:
             old.customdata = list(new.customdata)
 
 
-EDIT_RANGE = 20.0           # the edit sliders span [lowest − 20, highest + 20] of the starting logits
+EDIT_RANGE = 50.0           # the edit sliders span [−50, 50]: fixed, so the browser never re-clamps a value
 
 
 def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, temperature: float = 1.0,
@@ -181,17 +181,17 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
         """Start the edit sliders at the model's logits of its ``edit_n`` most likely candidates."""
         _, logits = ids_logits
         top = torch.topk(logits, edit_n).indices.tolist()
-        state["edit_ids"], state["edit_prompt"] = top, prompt_box.value
         labels = _labels(lm, top)
         state["busy"] = True                                   # one redraw, not one per slider
         try:
             for k, (slider, i) in enumerate(zip(edit_sliders, top)):
                 value = round(float(logits[i]), 1)
-                slider.min, slider.max = -EDIT_RANGE, EDIT_RANGE      # reset before moving the bounds
-                slider.max = max(EDIT_RANGE, value + EDIT_RANGE)
-                slider.min = min(-EDIT_RANGE, value - EDIT_RANGE)
+                if not -EDIT_RANGE <= value <= EDIT_RANGE:
+                    raise ValueError(f"logit {value:g} of {labels[k]!r} is outside the edit sliders' range "
+                                     f"[{-EDIT_RANGE:g}, {EDIT_RANGE:g}]; use the real-model mode for this prompt")
                 slider.value = value
                 slider.description = f"z({labels[k]})"
+            state["edit_ids"], state["edit_prompt"] = top, prompt_box.value
         finally:
             state["busy"] = False
 
