@@ -95,3 +95,23 @@ def test_check_answer_none_wrong_right_and_threshold():
     assert not r and r.done and "cannot be checked" in r.message
     r = check_answer(3.0, name="my_T", expected=0.8686, rel_tol=0.01)
     assert not r and "0.8686" not in r.message
+
+
+def test_panel_snapshot_shows_figures_readouts_and_skips_hidden_parts():
+    import ipywidgets as widgets
+    import plotly.graph_objects as go
+
+    from labsupport.widgets.snapshot import Panel
+
+    hidden = widgets.FloatSlider(value=3.0, description="secret")
+    hidden.layout.display = "none"
+    out = widgets.Output()
+    out.outputs = ({"output_type": "display_data", "data": {"application/vnd.plotly.v1+json":
+                    go.Figure(go.Bar(y=[1, 2])).to_plotly_json(), "text/plain": "fig"}, "metadata": {}},)
+    panel = Panel([widgets.FloatSlider(value=0.25, description="top-p"), hidden, widgets.HTML("<b>H = 1.00 bits</b>"),
+                   go.FigureWidget(go.Scatter(y=[3, 1])), out])
+    html = panel._repr_mimebundle_()["text/html"]
+    assert "top-p = <b>0.25</b>" in html and "H = 1.00 bits" in html
+    assert "secret" not in html
+    assert html.count("Plotly.newPlot") == 2                       # the figure widget and the Output's figure
+    assert "application/vnd.jupyter.widget-view+json" in panel._repr_mimebundle_()   # still the live widget

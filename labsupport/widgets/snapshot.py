@@ -72,6 +72,10 @@ def snapshot_html(w: widgets.Widget) -> str:
     Never raises: a part that fails to render becomes a short grey note.
     """
     try:
+        layout = getattr(w, "layout", None)
+        if layout is not None and (getattr(layout, "display", None) == "none"
+                                   or getattr(layout, "visibility", None) == "hidden"):
+            return ""                                    # hidden in the live panel: hidden here too
         if isinstance(w, go.FigureWidget):
             return figure_html(w)
         if isinstance(w, widgets.Box):
