@@ -1,4 +1,4 @@
-"""Beam search on a real model, keeping the whole search tree (seed 001, "빔 서치").
+"""Beam search on a real model, keeping the whole search tree (Graves, 2012; Sutskever et al., 2014).
 
 Every step each live beam is extended by every token; the candidates are ranked by their
 cumulative log probability ``Σ log p`` and the best ``B`` (the beam width) survive. A candidate
@@ -8,7 +8,7 @@ length-normalised score
 
     score = Σ log p / len^α        (len = generated tokens, EOS included; the prompt is not counted)
 
-(α = ``length_penalty``; α = 0 compares raw sums, α > 0 favours longer outputs — case C09).
+(α = ``length_penalty``; α = 0 compares raw sums, α > 0 favours longer outputs; Wu et al., 2016).
 Live beams are always ranked by the raw sum; α only matters among finished hypotheses.
 
 The rules are those of Hugging Face ``generate(num_beams=B, do_sample=False)`` (transformers
@@ -22,9 +22,9 @@ The rules are those of Hugging Face ``generate(num_beams=B, do_sample=False)`` (
   beat the worst finished one; ``"never"`` uses the exact bound (normalised at
   ``max_new_tokens`` when α > 0), which is the textbook beam search.
 
-Seed 001's toy simulator differs in one way, on purpose there: a finished beam keeps one of
-the ``B`` slots. Here (and in HF) the ``B`` live beams keep exploring and finished ones wait in
-their own list. B = 1 is greedy decoding (case C10).
+Some textbook presentations let a finished beam keep one of the ``B`` slots. Here (and in HF)
+the ``B`` live beams keep exploring and finished ones wait in their own list. B = 1 is greedy
+decoding.
 
 Each step re-runs the model on the ``B`` live sequences (no KV cache per beam): the code stays
 short and, on the shipped model, a width-4, depth-6 search takes a few tens of milliseconds.
@@ -139,9 +139,9 @@ class BeamSearchResult:
 
 
 def length_normalised_score(logprob: float, length: int, length_penalty: float) -> float:
-    """``logprob / length^α``: the score finished hypotheses compete with (seed 001; HF ``length_penalty``).
+    """``logprob / length^α``: the score finished hypotheses compete with (HF ``length_penalty``).
 
-    Case C09: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
+    Example: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
 
     Raises:
         ValueError: ``length < 1``.

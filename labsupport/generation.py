@@ -1,4 +1,4 @@
-"""The autoregressive generation loop (seed 001 §1): input → logits → sample → append → repeat.
+"""The autoregressive generation loop: input → logits → sample → append → repeat.
 
 ``generate`` runs it on a real model, with a KV cache (prefill once, then one token per
 decode step) or without (the whole sequence is recomputed every step), and records each
@@ -231,8 +231,7 @@ def left_pad(batch_ids: Sequence[Sequence[int]], pad_id: int,
 
     Returns:
         ``input_ids (batch, L)``, ``attention_mask (batch, L)`` (1 = real token) and
-        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding
-        (case C12); pad slots get position 0 (they are masked out anyway).
+        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding; pad slots get position 0 (they are masked out anyway).
     """
     if not batch_ids or any(len(r) == 0 for r in batch_ids):
         raise ValueError("batch_ids must be a non-empty list of non-empty id lists")
@@ -253,7 +252,7 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     """Generate for several prompts at once, left-padded, with a KV cache.
 
     Each row stops on its own EOS / stop string (finished rows keep being fed padding and
-    their outputs are ignored). Greedy rows equal their unbatched :func:`generate` (case C12).
+    their outputs are ignored). Greedy rows equal their unbatched :func:`generate`.
 
     Args:
         prompts: texts or id lists (any mix of lengths).
@@ -318,7 +317,7 @@ def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
 
     With a KV cache the prompt is prefilled once and each later token costs one forward:
     ``P + n - 1`` (the last sampled token is never fed back). Without it every step
-    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2`` (seed 001, KV cache).
+    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2``.
 
     Raises:
         ValueError: ``prompt_len`` or ``new_tokens`` not an integer >= 1.
@@ -337,7 +336,7 @@ def log2_prob(logprob: float) -> float:
 
 
 def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int] | None:
-    """Detect the repetition loop that greedy decoding falls into (seed 001 §3, "greedy").
+    """Detect the repetition loop that greedy decoding falls into (Holtzman et al., 2019, §3).
 
     Looks for the shortest period ``p`` such that the sequence *ends* with a stretch where
     ``ids[j] == ids[j - p]`` that is at least ``min_repeats · p`` tokens long.

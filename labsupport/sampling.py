@@ -3,21 +3,21 @@
 Every processor takes logits of shape ``(batch, vocab)`` (a 1-D ``(vocab,)`` tensor is
 accepted and treated as a batch of one) and returns float32 logits of the same shape in
 which removed candidates are ``-inf``. Working in float32 means fp16/bf16 logits divided by
-a tiny temperature cannot overflow to ``inf`` (case C07).
+a tiny temperature cannot overflow to ``inf``.
 
-The pipeline order is the one of seed 001 (Chapter 08, "꼬리 자르기") and of Hugging Face
-``generate``::
+The pipeline order is the one of Hugging Face ``generate`` (and of vLLM's sampler)::
 
     repetition penalty → temperature → top-k → top-p → min-p → renormalise → sample
 
-so top-p and min-p see the *temperature-scaled* distribution (case C03). Temperature 0 means
-greedy: the arg-max of the penalised logits, with no division at all (case C06).
+so top-p and min-p see the *temperature-scaled* distribution. Temperature 0 means
+greedy: the arg-max of the penalised logits, with no division at all.
 
 ``-inf`` is a removed candidate. Logits holding NaN or ``+inf``, or a row whose candidates are
 all ``-inf``, have no distribution to sample from: every function here raises ``ValueError``
 for them rather than returning NaN probabilities or a silent arg-max of garbage.
 
-Sources: temperature softmax and entropy/perplexity (seed 001 §2); top-k (Fan et al., 2018);
+Sources: temperature softmax (Hinton et al., 2015; Ackley et al., 1985); entropy and
+perplexity (Shannon, 1948; Jelinek et al., 1977); top-k (Fan et al., 2018);
 top-p / nucleus (Holtzman et al., 2019); min-p (Nguyen et al., 2024); repetition penalty
 (Keskar et al., 2019, CTRL).
 """
@@ -73,7 +73,7 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
     """CTRL repetition penalty (Keskar et al., 2019): make every already-seen token less likely.
 
     A seen token's logit is divided by ``penalty`` when positive and multiplied by it when
-    negative, so both move down (case C08: ``[-2, 1, 0.5]`` with tokens 0, 1 seen and 2.0
+    negative, so both move down (``[-2, 1, 0.5]`` with tokens 0, 1 seen and 2.0
     gives ``[-4, 0.5, 0.5]``). A token counts once however often it was seen.
 
     Args:
@@ -106,7 +106,7 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Scale logits by 1/T (seed 001 §2: ``p_i = exp(z_i/T) / Σ exp(z_j/T)``).
+    """Scale logits by 1/T (``p_i = exp(z_i/T) / Σ exp(z_j/T)``).
 
     The row maximum is subtracted *before* dividing, which leaves the softmax unchanged
     (shift invariance) and keeps tiny temperatures finite: the winner stays at 0, the others
@@ -131,7 +131,7 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits, set the rest to ``-inf`` (Fan et al., 2018).
 
     ``top_k = 0`` disables the filter and ``top_k`` larger than the vocabulary keeps
-    everything (case C04). Ties at the k-th value are all kept.
+    everything. Ties at the k-th value are all kept.
 
     Raises:
         ValueError: ``top_k`` is not an integer ≥ 0.
@@ -151,12 +151,11 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
     Candidates are sorted by probability; one is kept when the mass of the candidates
     *before* it is still below ``top_p``. The most likely token is therefore always kept, and
-    ``[0.5, 0.25, 0.125, 0.125]`` keeps ``{0, 1}`` at p = 0.75 but ``{0, 1, 2}`` at 0.76
-    (case C01). ``top_p = 1`` keeps everything.
+    ``[0.5, 0.25, 0.125, 0.125]`` keeps ``{0, 1}`` at p = 0.75 but ``{0, 1, 2}`` at 0.76. ``top_p = 1`` keeps everything.
 
     Args:
         logits: ``(batch, vocab)`` or ``(vocab,)``; computed in float32.
-        top_p: p in (0, 1]. p = 0 is rejected (use temperature 0 for greedy, case C02).
+        top_p: p in (0, 1]. p = 0 is rejected (use temperature 0 for greedy).
 
     Raises:
         ValueError: ``top_p`` outside (0, 1].
@@ -179,8 +178,8 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     """Min-p filter (Nguyen et al., 2024): drop candidates with ``p_i < min_p · max_j p_j``.
 
     The threshold scales with the model's confidence. The arg-max always passes, so the kept
-    set is never empty (case C05: ``[0.1, 0.2, 0.3, 0.4]`` keeps all / ``{1,2,3}`` / ``{3}`` /
-    ``{3}`` at min-p 0 / 0.26 / 0.76 / 1.0).
+    set is never empty: ``[0.1, 0.2, 0.3, 0.4]`` keeps all / ``{1,2,3}`` / ``{3}`` /
+    ``{3}`` at min-p 0 / 0.26 / 0.76 / 1.0.
 
     Raises:
         ValueError: ``min_p`` outside [0, 1].
@@ -431,7 +430,7 @@ def trace_filters(logits: torch.Tensor, params: SamplingParams,
 # ----------------------------------------------------------------------------- measures
 
 def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy ``H(p) = -Σ p_i log2 p_i`` in bits, over the last dimension (seed 001 §2).
+    """Shannon entropy ``H(p) = -Σ p_i log2 p_i`` in bits, over the last dimension (Shannon, 1948).
 
     Zero-probability entries contribute 0 (no NaN). Input ``(..., vocab)``; output ``(...)``.
 
@@ -476,7 +475,7 @@ def candidates_for_mass(probs: torch.Tensor, mass: float = 0.9) -> int:
 
 
 def probability_ratio(logit_gap: float, temperature: float) -> float:
-    """``p_i / p_j = exp((z_i - z_j) / T)`` for a logit gap at temperature T (seed 001 §2).
+    """``p_i / p_j = exp((z_i - z_j) / T)`` for a logit gap at temperature T.
 
     Gap 2 gives ≈ 7.4 at T = 1, ≈ 55 at T = 0.5 and ≈ 2.7 at T = 2. A ratio beyond the
     float range (e.g. gap 100 at T = 0.01) is ``inf``.

@@ -201,3 +201,27 @@ def test_bench_helpers_on_tiny_model(tiny_lm):
         time_cached_vs_uncached(tiny_lm, prompt, [2], repeats=0)
     with pytest.raises(ValueError, match="n_tokens"):
         prompt_of_length(tiny_lm, 0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: kv.kv_bytes(kv.preset("GPT-2 small"), 10.0),
+    lambda: kv.kv_bytes(kv.preset("GPT-2 small"), 10, batch=True),
+    lambda: kv.ModelShape("x", "2", 4, 4, 64, 10),
+    lambda: kv.step_time("1e9", 1e12),
+    lambda: kv.format_bytes("1 KiB"),
+    lambda: kv.kv_positions_computed(3.0, 5, True),
+])
+def test_wrong_type_raises_type_error(call):
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_kv_module_imports_without_torch():
+    """The module docstring promises plain arithmetic: importing it must not load torch."""
+    import subprocess
+    import sys
+    code = "import sys, labsupport.kv, labsupport.serving_math; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(kv.MODELS_DIR.parent.parent))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -22,7 +22,7 @@ MiB = sm.MiB
 
 def test_seed_reservation_numbers():
     r = sm.reservation_report()
-    assert sm.SEED_KV_BYTES_PER_TOKEN == 128 * 1024                       # Llama 3 8B, fp16
+    assert sm.LLAMA3_8B_KV_BYTES_PER_TOKEN == 128 * 1024                       # Llama 3 8B, fp16
     assert r.reserved_bytes == 256 * MiB                                   # 2048 × 128 KB
     assert r.used_bytes == 37.5 * MiB                                      # 300 × 128 KB
     assert round(100 * r.utilisation) == 15                                # ≈ 15 %
@@ -70,7 +70,7 @@ def test_serving_math_bad_input(call):
 
 def test_seed_batching_numbers():
     r = sm.batching_report()
-    assert sm.bimodal_lengths(8, 50, 400) == list(sm.SEED_OUTPUT_LENS)
+    assert sm.bimodal_lengths(8, 50, 400) == list(sm.BIMODAL_OUTPUT_LENS)
     assert (r.useful_slot_steps, r.occupied_slot_steps) == (1800, 3200)
     assert round(100 * r.utilisation) == 56
     assert (r.static_steps, r.continuous_steps) == (400, 225)
@@ -86,7 +86,7 @@ def test_batching_extremes_of_the_seed():
 
 
 def test_simulated_static_matches_closed_form():
-    lens = list(sm.SEED_OUTPUT_LENS)
+    lens = list(sm.BIMODAL_OUTPUT_LENS)
     static = sb.simulate_batching(lens, 8, "static")
     assert static.num_steps == 400 and static.utilisation == 0.5625
     # eight requests only: continuous batching cannot beat the longest request either
