@@ -206,7 +206,7 @@ def test_simulate_bad_input():
 # ----------------------------------------------------------------------------- serving (chunked / disaggregated)
 
 def test_one_request_alone_follows_the_cost_model():
-    cost = ss.seed_cost_model()
+    cost = ss.llama3_8b_h100_cost_model()
     req = [ss.ServedRequest(0, 1000, 3, ss.RequestMetrics(0.5))]
     (colo,) = ss.simulate(req, "colocated", cost)
     assert colo.metrics.ttft == pytest.approx(cost.prefill(1000))
@@ -221,7 +221,7 @@ def test_one_request_alone_follows_the_cost_model():
 
 
 def test_long_prefill_stalls_decodes_unless_chunked():
-    cost = ss.seed_cost_model()
+    cost = ss.llama3_8b_h100_cost_model()
     reqs = [ss.ServedRequest(0, 64, 40, ss.RequestMetrics(0.0)),
             ss.ServedRequest(1, 8192, 2, ss.RequestMetrics(0.05))]
     colo = ss.simulate(reqs, "colocated", cost, replicas=1)
