@@ -25,7 +25,7 @@ def _check(name: str, value: int, low: int) -> None:
 def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) -> go.Figure:
     """Cumulative K,V positions computed vs generated tokens: a parabola without a cache, a line with one.
 
-    Counting as seed 001's animation (:func:`labsupport.kv.kv_positions_computed`).
+    Counted by :func:`labsupport.kv.kv_positions_computed`.
 
     Args:
         prompt_len: P ≥ 1.
@@ -60,7 +60,7 @@ def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) 
 
 
 def kv_cells_figure(prompt_len: int, new_tokens: int, step: int) -> go.Figure:
-    """Seed 001's animation at one step: one square per position, one row per method.
+    """The KV-cache animation at one step: one square per position, one row per method.
 
     Red = computed in this step, blue = read from the cache (reused), grey = not yet generated.
 
@@ -126,7 +126,7 @@ def timing_figure(new_tokens: Sequence[int], seconds_uncached: Sequence[float],
 
 
 def request_timeline_figure(token_times: Sequence[float], prefill_tokens: int) -> go.Figure:
-    """One request on a time axis (seed 001, Fig. 8-3): the prefill until the first token (TTFT),
+    """One request on a time axis: the prefill until the first token (TTFT),
     then one token every TPOT.
 
     Args:
@@ -155,7 +155,7 @@ def request_timeline_figure(token_times: Sequence[float], prefill_tokens: int) -
 
 def memory_figure(shape: kv.ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16",
                   attention: str | None = None, capacity: float = 80e9) -> go.Figure:
-    """Seed 001's KV memory calculator: weights (bf16) + KV for MHA / GQA / MQA vs an 80 GB line.
+    """A KV memory calculator: weights (bf16) + KV for MHA / GQA / MQA vs an 80 GB line.
 
     The chosen attention kind (default: the model's own) is drawn solid, the other two faded.
 
@@ -191,7 +191,7 @@ def memory_figure(shape: kv.ModelShape, seq_len: int, batch: int = 1, kv_dtype: 
 
 def step_time_figure(weight_bytes: float, kv_bytes_per_request: float, bandwidth: float,
                      batches: Sequence[int] = tuple(range(1, 257)), marked: Sequence[int] = (1, 64, 240)) -> go.Figure:
-    """Seed 000 5.3.1: step time ``t(B) = (W + B·K)/BW`` and throughput ``B/t(B)`` vs batch, with the ceiling ``BW/K``.
+    """Step time ``t(B) = (W + B·K)/BW`` and throughput ``B/t(B)`` vs batch, with the ceiling ``BW/K``.
 
     Raises:
         ValueError: as :func:`labsupport.kv.step_time`.

@@ -4,7 +4,7 @@ Pure functions: numbers and strings in, a ``plotly.graph_objects.Figure`` out; n
 runs a model or imports widgets. Every figure has a fixed set of traces so that a panel can
 wrap it in a ``go.FigureWidget`` and update the data in place.
 
-Colours follow the classic simulator's: green = accepted draft token, red = rejected and
+Colours: green = accepted draft token, red = rejected and
 replaced by the target's own token, purple = bonus token after full acceptance, grey =
 drafted but discarded (after the first rejection).
 """
@@ -58,7 +58,7 @@ def round_cells(draft_labels: Sequence[str], num_accepted: int, next_label: str)
 
 def rounds_figure(rounds: Sequence, label: Callable[[int], str] | None = None, *,
                   title: str = "Draft-verify rounds", max_rounds: int = 12) -> go.Figure:
-    """Rounds drawn like the classic simulator: one row per round, one cell per token.
+    """Draft-verify rounds: one row per round, one cell per token.
 
     Args:
         rounds: objects with ``draft_tokens``, ``num_accepted``, ``next_token`` (e.g.
@@ -155,7 +155,7 @@ def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float
 
 def tokens_per_forward_heatmap(alphas: Sequence[float], gammas: Sequence[int], table: Sequence[Sequence[float]], *,
                                title: str = "Tokens per target forward (1−α^(γ+1))/(1−α)") -> go.Figure:
-    """The source text's table as a heatmap with the numbers written in: rows α, columns γ.
+    """Tokens per target forward as a heatmap with the numbers written in: rows α, columns γ.
 
     Raises:
         ValueError: ``table`` is not ``len(alphas) × len(gammas)``.

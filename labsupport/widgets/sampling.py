@@ -103,7 +103,7 @@ def _stat(name: str, value: str) -> str:
 
 def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, temperature: float = 1.0,
                       top_n: int = 20, shift: float = 10.0) -> widgets.VBox:
-    """Seed 001 §2 "temperature and distribution", on the real model.
+    """Temperature and distribution, on the real model.
 
     Controls: an editable prompt, a temperature slider (0 = greedy … 3), a button that adds
     ``shift`` to *every* logit and one that resets it. Shows the logits and probabilities of
@@ -203,7 +203,7 @@ def _samples_html(texts: list[str], first_ids: list[int], prompt_tail: str, seed
 def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  seed: int = 0, max_new_tokens: int = 20, n_samples: int = 20, top_n: int = 15) -> widgets.VBox:
-    """Seed 001 §3 "sampling lab", on the real model.
+    """The sampling lab, on the real model.
 
     Sliders for temperature (0 = greedy), top-k (0 = off), top-p, min-p, repetition penalty θ,
     the seed and the number of new tokens. Shows the ``top_n`` most likely next tokens after
