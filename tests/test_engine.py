@@ -1,5 +1,5 @@
 """LLMEngine and ModelRunner: logits equal to Hugging Face, greedy equal to ``model.generate``
-with preemption (recompute, swap), prefix caching and chunked prefill; case C16; a randomised
+with preemption (recompute, swap), prefix caching and chunked prefill; preemption keeps every output; a randomised
 stream test (hypothesis); speculative-decoding hooks."""
 
 import pytest
@@ -163,9 +163,9 @@ def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
     assert mixed, "no step mixed a prefill chunk with a decode"
 
 
-# ---------------------------------------------------------------------------- C16
+# ---------------------------------------------------------------------------- preemption keeps every output
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
-def test_c16_preemption_keeps_every_output(tiny_lm, mode):
+def test_preemption_keeps_every_output(tiny_lm, mode):
     prompts = random_prompts(tiny_lm, [6, 6, 6, 6], seed=16)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=10, preemption_mode=mode, num_cpu_blocks=16)
     outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=12)
@@ -335,8 +335,8 @@ def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode
     assert not engine.scheduler.running and not engine.scheduler.waiting and not engine.scheduler.swapped
 
 
-# ---------------------------------------------------------------------------- C15 through the engine, fork, snapshots
-def test_c15_sequential_requests_recycle_the_pool(tiny_lm):
+# ---------------------------------------------------------------------------- pool recycling through the engine, fork, snapshots
+def test_sequential_requests_recycle_the_pool(tiny_lm):
     prompts = random_prompts(tiny_lm, [6] * 11, seed=15)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
     bm = engine.block_manager

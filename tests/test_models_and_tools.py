@@ -75,3 +75,9 @@ def test_check_command_runs():
     from labsupport import check
 
     assert check.main(["--no-model"]) in (0, 1)
+
+
+@pytest.mark.parametrize("device", ["foo", "gpu0", 3.5])
+def test_pick_device_bad_name_is_a_value_error(device):
+    with pytest.raises(ValueError, match="device"):
+        pick_device(device)

@@ -62,7 +62,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_anywidget_importable_in_kernel_env():
-    """C23: plotly >= 6 FigureWidget needs anywidget; it is declared and importable here."""
+    """plotly >= 6 FigureWidget needs anywidget; it is declared and importable here."""
     import anywidget  # noqa: F401
     import plotly.graph_objects as go
 
@@ -73,7 +73,7 @@ def test_anywidget_importable_in_kernel_env():
 
 
 def test_widget_frontend_pairing():
-    """C24: ipywidgets 8 is paired with jupyterlab_widgets 3 in the same environment."""
+    """ipywidgets 8 is paired with jupyterlab_widgets 3 in the same environment."""
     from importlib.metadata import version
 
     assert version("ipywidgets").split(".")[0] == "8"
@@ -81,7 +81,7 @@ def test_widget_frontend_pairing():
 
 
 def test_chapters_have_kernelspec_python3_slides_and_no_stray_outputs():
-    """C25 + house rules: plain python3 kernelspec, slide metadata on every cell, only
+    """House rules: plain python3 kernelspec, slide metadata on every cell, only
     NBVAL_CHECK_OUTPUT cells keep outputs, and a seed is set at the top."""
     import nbformat
 

@@ -1,4 +1,4 @@
-"""Sampling processors: the handed cases C01–C08, properties, and agreement with transformers."""
+"""Sampling processors: exact small cases, properties, and agreement with transformers."""
 
 from __future__ import annotations
 
@@ -37,16 +37,16 @@ def log_probs(p: list[float]) -> torch.Tensor:
     return torch.log(torch.tensor(p, dtype=torch.float64)).float()
 
 
-# ----------------------------------------------------------------------------- cases C01–C08
+# ----------------------------------------------------------------------------- exact small cases
 
-def test_c01_top_p_smallest_set_reaching_p():
+def test_top_p_smallest_set_reaching_p():
     z = log_probs([0.5, 0.25, 0.125, 0.125])
     assert kept(top_p_filter(z, 0.75)) == {0, 1}
     assert kept(top_p_filter(z, 0.76)) == {0, 1, 2}
     assert kept(top_p_filter(z, 1.0)) == {0, 1, 2, 3}
 
 
-def test_c02_tiny_top_p_keeps_only_argmax_and_zero_is_rejected():
+def test_tiny_top_p_keeps_only_argmax_and_zero_is_rejected():
     z = torch.tensor([1.0, 3.0, 2.0])
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 0"):
         top_p_filter(z, 0.0)
@@ -66,7 +66,7 @@ def test_c02_tiny_top_p_keeps_only_argmax_and_zero_is_rejected():
     assert [int(sample(z16, SamplingParams(top_p=1e-4), gen)) for _ in range(100)] == [1] * 100
 
 
-def test_c03_temperature_is_applied_before_top_p():
+def test_temperature_is_applied_before_top_p():
     z = torch.tensor([2.0, 1.0, 0.0])
     base = torch.softmax(apply_temperature(z, 0.5), dim=-1)
     assert torch.allclose(base, torch.tensor([0.867, 0.117, 0.016]), atol=1e-3)
@@ -76,7 +76,7 @@ def test_c03_temperature_is_applied_before_top_p():
     assert kept(top_p_filter(z, 0.8)) == {0, 1}
 
 
-def test_c04_top_k_larger_than_vocab_and_zero_disable():
+def test_top_k_larger_than_vocab_and_zero_disable():
     z = torch.tensor([0.1, 0.9, 0.3, 0.7, 0.5])
     assert kept(top_k_filter(z, 10)) == {0, 1, 2, 3, 4}
     assert kept(top_k_filter(z, 0)) == {0, 1, 2, 3, 4}
@@ -87,17 +87,17 @@ def test_c04_top_k_larger_than_vocab_and_zero_disable():
 
 @pytest.mark.parametrize("min_p, expected", [(0.0, {0, 1, 2, 3}), (0.26, {1, 2, 3}),
                                              (0.76, {3}), (1.0, {3})])
-def test_c05_min_p_never_empty(min_p, expected):
+def test_min_p_never_empty(min_p, expected):
     z = log_probs([0.1, 0.2, 0.3, 0.4])
     assert kept(min_p_filter(z, min_p)) == expected
 
 
-def test_c05_min_p_range():
+def test_min_p_range():
     with pytest.raises(ValueError, match=r"min_p must be in \[0, 1\], got 1.5"):
         min_p_filter(torch.zeros(3), 1.5)
 
 
-def test_c06_temperature_zero_is_greedy_without_nan():
+def test_temperature_zero_is_greedy_without_nan():
     z = torch.tensor([1.0, 3.0, 2.0])
     assert int(sample(z, SamplingParams(temperature=0.0))) == 1
     probs = probs_from_logits(z, SamplingParams(temperature=0.0))
@@ -106,7 +106,7 @@ def test_c06_temperature_zero_is_greedy_without_nan():
         apply_temperature(z, 0.0)
 
 
-def test_c06_temperature_zero_generation_equals_argmax_loop(tiny_lm):
+def test_temperature_zero_generation_equals_argmax_loop(tiny_lm):
     from labsupport.generation import generate
     from labsupport.models import model_forward
 
@@ -122,7 +122,7 @@ def test_c06_temperature_zero_generation_equals_argmax_loop(tiny_lm):
     assert all(math.isfinite(s.logprob) for s in result.steps)
 
 
-def test_c07_fp16_tiny_temperature_stays_finite():
+def test_fp16_tiny_temperature_stays_finite():
     z = torch.tensor([11.06, 2.955, -2.447], dtype=torch.float16)
     params = SamplingParams(temperature=1e-5)
     probs = probs_from_logits(z, params)
@@ -131,7 +131,7 @@ def test_c07_fp16_tiny_temperature_stays_finite():
     assert int(sample(z, params, torch.Generator().manual_seed(0))) == 0
 
 
-def test_c08_repetition_penalty_lowers_both_signs():
+def test_repetition_penalty_lowers_both_signs():
     z = torch.tensor([-2.0, 1.0, 0.5])
     out = apply_repetition_penalty(z, [0, 1], 2.0)
     assert out.tolist() == [-4.0, 0.5, 0.5]
@@ -303,8 +303,8 @@ def test_candidates_for_mass():
     assert candidates_for_mass(p, 1.0) == 4
 
 
-def test_seed_worked_numbers_temperature_ratios():
-    # seeds/README.md: logit gap 2 → ≈ 7.4 (T=1), ≈ 55 (T=0.5), ≈ 2.7 (T=2); logits 3, 1 at T=0.5 → e⁴
+def test_temperature_probability_ratios():
+    # logit gap 2 → ≈ 7.4 (T=1), ≈ 55 (T=0.5), ≈ 2.7 (T=2); logits 3, 1 at T=0.5 → e⁴
     assert round(probability_ratio(2, 1.0), 1) == 7.4
     assert round(probability_ratio(2, 0.5)) == 55
     assert round(probability_ratio(2, 2.0), 1) == 2.7

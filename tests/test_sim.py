@@ -1,4 +1,4 @@
-"""Seed worked numbers of serving_math and the simulators of labsupport.sim (no model needed)."""
+"""Worked numbers of serving_math and the simulators of labsupport.sim (no model needed)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from labsupport.sim import timeline as tl
 MiB = sm.MiB
 
 
-# ----------------------------------------------------------------------------- seed 000 §5.3.6–5.3.7
+# ----------------------------------------------------------------------------- reservation vs paged allocation
 
-def test_seed_reservation_numbers():
+def test_reservation_worked_numbers():
     r = sm.reservation_report()
     assert sm.LLAMA3_8B_KV_BYTES_PER_TOKEN == 128 * 1024                       # Llama 3 8B, fp16
     assert r.reserved_bytes == 256 * MiB                                   # 2048 × 128 KB
@@ -66,9 +66,9 @@ def test_serving_math_bad_input(call):
         call()
 
 
-# ----------------------------------------------------------------------------- seed 000 §5.3.4
+# ----------------------------------------------------------------------------- static vs continuous batching
 
-def test_seed_batching_numbers():
+def test_batching_worked_numbers():
     r = sm.batching_report()
     assert sm.bimodal_lengths(8, 50, 400) == list(sm.BIMODAL_OUTPUT_LENS)
     assert (r.useful_slot_steps, r.occupied_slot_steps) == (1800, 3200)
@@ -77,10 +77,10 @@ def test_seed_batching_numbers():
     assert round(r.speedup, 2) == 1.78
 
 
-def test_batching_extremes_of_the_seed():
+def test_batching_extremes():
     assert sm.batching_report([400] * 8, 8).utilisation == 1.0
     one_long = sm.batching_report([4000] + [50] * 7, 8)
-    assert round(100 * one_long.utilisation, 1) == 13.6                  # the seed's "single digit" needs B ≥ 12
+    assert round(100 * one_long.utilisation, 1) == 13.6                  # a "single digit" utilisation needs B ≥ 12
     wide = sm.batching_report([4000] + [50] * 15, 16)
     assert wide.utilisation < 0.1 and wide.speedup > 10
 
@@ -91,7 +91,7 @@ def test_simulated_static_matches_closed_form():
     assert static.num_steps == 400 and static.utilisation == 0.5625
     # eight requests only: continuous batching cannot beat the longest request either
     assert sb.simulate_batching(lens, 8, "continuous").num_steps == 400
-    # an endless queue of the seed's batches: continuous → 1,800 / 8 steps per batch
+    # an endless queue of such batches: continuous → 1,800 / 8 steps per batch
     stream = lens * 50
     st_run, co_run = (sb.simulate_batching(stream, 8, p) for p in sb.POLICIES)
     assert st_run.num_steps == 50 * 400
@@ -135,7 +135,7 @@ def test_run_seconds_and_lengths():
         sb.run_seconds(run, lambda b: 0.0)
 
 
-# ----------------------------------------------------------------------------- fragmentation (seed 001)
+# ----------------------------------------------------------------------------- fragmentation
 
 @pytest.fixture(scope="module")
 def frag_runs():
