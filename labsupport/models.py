@@ -159,7 +159,7 @@ def load_model(name_or_path: str | os.PathLike = "tiny-gpt2", device: str | torc
     return LoadedModel(model=model, tokenizer=tokenizer, device=dev, name=str(name_or_path))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cache_kwarg_of(model_class: type) -> str:
     params = inspect.signature(model_class.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
