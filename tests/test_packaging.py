@@ -95,4 +95,6 @@ def test_chapters_have_kernelspec_python3_slides_and_no_stray_outputs():
             if cell.cell_type == "code" and "NBVAL_CHECK_OUTPUT" not in cell.source:
                 assert not cell.outputs, f"{path.name}: committed outputs in a non-compared cell"
         code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-        assert "seed_everything(" in code or "manual_seed(" in code, f"{path.name} is not seeded"
+        seeded = ("seed_everything(" in code or "manual_seed(" in code
+                  or re.search(r"setup_chapter\([^)]*seed=\d", code))
+        assert seeded, f"{path.name} is not seeded"
