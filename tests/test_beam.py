@@ -64,6 +64,7 @@ def _eos_choices(lm, prompt_ids):
     return [lm.eos_token_id, greedy[1], wide[2]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("B", [1, 2, 4])
 def test_equal_to_transformers_beam_search(tiny_lm, B):
     prompt_ids = tiny_lm.encode(PROMPT)

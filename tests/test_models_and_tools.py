@@ -52,6 +52,7 @@ def test_resolve_path_passes_hub_ids_through():
     assert resolve_path("tiny-gpt2").endswith("tiny-gpt2")
 
 
+@pytest.mark.slow
 def test_training_smoke_run(tmp_path):
     """CI runs only a few training steps (the full run takes about half an hour)."""
     from labsupport import train
@@ -71,6 +72,7 @@ def test_corpus_cleaning_reflows_and_drops_symbol_runs():
     assert _comment_blocks("x = 1\n# one\n# two\ny = 2\n# lone\n") == ["one\ntwo"]
 
 
+@pytest.mark.slow
 def test_check_command_runs():
     from labsupport import check
 

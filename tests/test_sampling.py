@@ -176,6 +176,7 @@ logit_rows = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=1,
 unit = st.floats(0.001, 1.0)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(logit_rows, unit, st.floats(0.0, 1.0), st.integers(0, 50), st.floats(0.05, 5.0))
 def test_kept_set_never_empty_and_probs_sum_to_one(row, top_p, min_p, top_k, temperature):

@@ -104,6 +104,7 @@ def test_timeline_and_latency_figures():
     assert list(fig.data[0].x) == ["TTFT p50", "max ITL"]
 
 
+@pytest.mark.slow
 def test_panels_build_and_react():
     from labsupport.widgets import batching as wb
     from labsupport.widgets import paged as wp
