@@ -41,6 +41,7 @@ import torch
 
 from .generation import _check_length, _prompt_ids
 from .models import LoadedModel, model_forward
+from .validation import check_int, check_real
 
 LN2 = math.log(2)
 
@@ -144,10 +145,10 @@ def length_normalised_score(logprob: float, length: int, length_penalty: float) 
     Example: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
 
     Raises:
+        TypeError: ``length`` not an integer.
         ValueError: ``length < 1``.
     """
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an integer >= 1 (generated tokens), got {length!r}")
+    check_int("length", length, 1, hint=" (generated tokens)")
     return logprob / length ** length_penalty
 
 
@@ -164,19 +165,12 @@ def best_hypothesis(candidates: Sequence[tuple[float, int]], length_penalty: flo
 
 
 def _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab):
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or not 1 <= beam_width <= vocab // 2:
-        raise ValueError(f"beam_width must be an integer in [1, {vocab // 2}], got {beam_width!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) \
-            or not math.isfinite(length_penalty):
-        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    check_int("beam_width", beam_width, 1, vocab // 2)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_real("length_penalty", length_penalty)
     if not (early_stopping is True or early_stopping is False or early_stopping == "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, int) \
-            or not 1 <= num_return_sequences <= beam_width:
-        raise ValueError(f"num_return_sequences must be an integer in [1, beam_width={beam_width}], "
-                         f"got {num_return_sequences!r}")
+    check_int("num_return_sequences", num_return_sequences, 1, beam_width, hint=" (at most beam_width)")
 
 
 @torch.no_grad()

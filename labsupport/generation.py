@@ -22,6 +22,7 @@ import torch
 
 from .models import LoadedModel, max_positions, model_forward
 from .sampling import GREEDY, SamplingParams, entropy_bits, probs_from_logits, sample
+from .validation import check_int
 
 
 @dataclass
@@ -179,8 +180,7 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     _check_params(params)
     ids = _prompt_ids(lm, prompt)
     max_new = _check_length(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
-    if isinstance(top_n, bool) or not isinstance(top_n, numbers.Integral) or top_n < 0:
-        raise ValueError(f"top_n must be an integer >= 0, got {top_n!r}")
+    check_int("top_n", top_n, 0)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     eos = None if params.ignore_eos else lm.eos_token_id
@@ -320,11 +320,11 @@ def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
     recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2``.
 
     Raises:
-        ValueError: ``prompt_len`` or ``new_tokens`` not an integer >= 1.
+        TypeError: ``prompt_len`` or ``new_tokens`` not an integer.
+        ValueError: ``prompt_len`` or ``new_tokens`` < 1.
     """
-    for name, value in (("prompt_len", prompt_len), ("new_tokens", new_tokens)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
     if use_cache:
         return prompt_len + new_tokens - 1
     return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
@@ -350,10 +350,10 @@ def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int]
         tokens, or ``None`` when the sequence does not end in a loop.
 
     Raises:
-        ValueError: ``min_repeats`` is not an integer ≥ 2.
+        TypeError: ``min_repeats`` is not an integer.
+        ValueError: ``min_repeats`` < 2.
     """
-    if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 2:
-        raise ValueError(f"min_repeats must be an integer >= 2, got {min_repeats!r}")
+    check_int("min_repeats", min_repeats, 2)
     ids = [int(i) for i in token_ids]
     n = len(ids)
     for period in range(1, n // min_repeats + 1):

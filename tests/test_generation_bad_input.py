@@ -75,8 +75,10 @@ def test_generate_rejects_bad_params_and_top_n(tiny_lm):
         generate_batch(tiny_lm, [[1]], None, max_new_tokens=1)
     with pytest.raises(ValueError, match="top_n"):
         generate(tiny_lm, [1], NO_EOS, max_new_tokens=1, top_n=-1)  # was a RuntimeError from topk
-    with pytest.raises(ValueError, match="prompt_len"):
+    with pytest.raises(TypeError, match="prompt_len"):
         token_forwards(2.5, 3, True)
+    with pytest.raises(ValueError, match="prompt_len"):
+        token_forwards(0, 3, True)
 
 
 def test_tiny_temperature_generation_equals_greedy(tiny_lm):

@@ -48,7 +48,7 @@ def test_top_p_smallest_set_reaching_p():
 
 def test_tiny_top_p_keeps_only_argmax_and_zero_is_rejected():
     z = torch.tensor([1.0, 3.0, 2.0])
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 0"):
+    with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\] \(finite\) \(use temperature=0 for greedy\), got 0"):
         top_p_filter(z, 0.0)
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0.0)
@@ -81,7 +81,7 @@ def test_top_k_larger_than_vocab_and_zero_disable():
     assert kept(top_k_filter(z, 10)) == {0, 1, 2, 3, 4}
     assert kept(top_k_filter(z, 0)) == {0, 1, 2, 3, 4}
     assert kept(top_k_filter(z, 2)) == {1, 3}
-    with pytest.raises(ValueError, match="top_k must be an integer >= 0"):
+    with pytest.raises(ValueError, match=r"top_k must be an integer >= 0 \(0 disables it\), got -1"):
         top_k_filter(z, -1)
 
 
@@ -93,7 +93,7 @@ def test_min_p_never_empty(min_p, expected):
 
 
 def test_min_p_range():
-    with pytest.raises(ValueError, match=r"min_p must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"min_p must be a number in \[0, 1\] \(finite\), got 1.5"):
         min_p_filter(torch.zeros(3), 1.5)
 
 
@@ -102,7 +102,7 @@ def test_temperature_zero_is_greedy_without_nan():
     assert int(sample(z, SamplingParams(temperature=0.0))) == 1
     probs = probs_from_logits(z, SamplingParams(temperature=0.0))
     assert torch.equal(probs, torch.tensor([0.0, 1.0, 0.0]))
-    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+    with pytest.raises(ValueError, match=r"temperature must be a number > 0 \(finite\) here \(0 means greedy in sample\(\)\), got 0.0"):
         apply_temperature(z, 0.0)
 
 
@@ -143,12 +143,12 @@ def test_repetition_penalty_lowers_both_signs():
 # ----------------------------------------------------------------------------- validation
 
 @pytest.mark.parametrize("field, value, pattern", [
-    ("temperature", -0.1, "temperature must be a finite number >= 0"),
+    ("temperature", -0.1, r"temperature must be a number >= 0 \(finite\) \(0 = greedy\), got -0.1"),
     ("temperature", float("nan"), "temperature"),
-    ("top_k", 2.5, "top_k must be an integer >= 0"),
-    ("top_p", 1.5, r"top_p must be in \(0, 1\], got 1.5"),
-    ("min_p", -0.1, r"min_p must be in \[0, 1\]"),
-    ("repetition_penalty", 0.0, "repetition_penalty must be a finite number > 0"),
+    ("top_k", -1, r"top_k must be an integer >= 0 \(0 disables it\), got -1"),
+    ("top_p", 1.5, r"top_p must be a number in \(0, 1\] .*, got 1.5"),
+    ("min_p", -0.1, r"min_p must be a number in \[0, 1\]"),
+    ("repetition_penalty", 0.0, r"repetition_penalty must be a number > 0 \(finite\), got 0.0"),
     ("max_tokens", 0, "max_tokens must be an integer >= 1"),
     ("n", 0, "n must be an integer >= 1"),
     ("stop", ("",), "stop must be non-empty strings"),

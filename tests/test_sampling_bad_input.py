@@ -124,16 +124,24 @@ def test_top_p_boundary_in_low_precision(dtype):
 
 # ============================================================================ sampling: parameter types
 @pytest.mark.parametrize("field, value", [
-    ("top_k", True), ("top_k", 2.0), ("top_k", -1), ("top_k", "5"), ("top_k", None),
-    ("temperature", "0.5"), ("temperature", True), ("temperature", INF), ("temperature", None),
-    ("top_p", "0.9"), ("top_p", True), ("top_p", float("nan")), ("top_p", 0.0),
-    ("min_p", "0.1"), ("min_p", True), ("min_p", float("nan")),
-    ("repetition_penalty", "1.2"), ("repetition_penalty", 0.0), ("repetition_penalty", INF),
-    ("max_tokens", 5.0), ("max_tokens", "5"), ("max_tokens", True),
-    ("n", 2.0), ("n", 0), ("stop", 5), ("stop", [""]), ("stop", ["a", 3]),
-    ("ignore_eos", "no"), ("ignore_eos", 1), ("seed", "1"), ("seed", 1.0), ("seed", -1), ("seed", 2 ** 70),
+    ("top_k", True), ("top_k", 2.0), ("top_k", "5"), ("top_k", None),
+    ("temperature", "0.5"), ("temperature", True), ("temperature", None),
+    ("top_p", "0.9"), ("top_p", True), ("min_p", "0.1"), ("min_p", True),
+    ("repetition_penalty", "1.2"), ("max_tokens", 5.0), ("max_tokens", "5"), ("max_tokens", True),
+    ("n", 2.0), ("stop", 5), ("stop", ["a", 3]),
+    ("ignore_eos", "no"), ("ignore_eos", 1), ("seed", "1"), ("seed", 1.0),
 ])
-def test_sampling_params_wrong_types_are_value_errors(field, value):
+def test_sampling_params_wrong_types_are_type_errors(field, value):
+    with pytest.raises(TypeError, match=field):
+        SamplingParams(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [
+    ("top_k", -1), ("temperature", INF), ("top_p", float("nan")), ("top_p", 0.0), ("min_p", float("nan")),
+    ("repetition_penalty", 0.0), ("repetition_penalty", INF), ("n", 0), ("stop", [""]),
+    ("seed", -1), ("seed", 2 ** 70),
+])
+def test_sampling_params_values_out_of_range_are_value_errors(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
 
@@ -154,7 +162,7 @@ def test_processors_reject_bools_and_accept_numpy():
     for call in (lambda: apply_temperature(z, True), lambda: top_p_filter(z, True),
                  lambda: min_p_filter(z, True), lambda: top_k_filter(z, True),
                  lambda: apply_repetition_penalty(z, [0], True), lambda: candidates_for_mass(z, True)):
-        with pytest.raises(ValueError):
+        with pytest.raises(TypeError):
             call()
     assert torch.equal(top_k_filter(z, np.int64(1)), top_k_filter(z, 1))
     assert torch.equal(apply_temperature(z, np.float32(0.5)), apply_temperature(z, 0.5))

@@ -146,7 +146,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     def update(*_):
         try:
             ids, logits = cache.get(prompt_box.value)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             stats.value = _error_html(err)
             return
         t = float(t_slider.value)
@@ -272,7 +272,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         sp = params()
         try:
             ids, logits = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             stats.value, continuation.value = _error_html(err), ""
             return
         trace = trace_filters(logits, sp, prev_ids=ids)
@@ -296,7 +296,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         sp = params()
         try:
             ids, _ = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             output.outputs = ()
             output.append_display_data(HTML(_error_html(err)))
             return
