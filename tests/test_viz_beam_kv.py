@@ -109,6 +109,8 @@ def test_kv_counts_and_cells_figures_match_the_counting():
     assert len(prefill.data[0].x) == 24 and len(prefill.data[1].x) == 0
     with pytest.raises(ValueError, match="step"):
         kv_cells_figure(12, 28, 29)
+    with pytest.raises(TypeError, match="step"):
+        kv_cells_figure(12, 28, 2.0)
     with pytest.raises(ValueError, match="prompt_len"):
         kv_counts_figure(0, 5)
 

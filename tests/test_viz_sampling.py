@@ -267,3 +267,5 @@ def test_sampling_lab_rejects_bad_start_values(tiny_lm):
         sampling_lab(tiny_lm, PROMPT, top_p=1.5)
     with pytest.raises(ValueError, match="seed"):
         sampling_lab(tiny_lm, PROMPT, seed=-1)
+    with pytest.raises(TypeError, match="seed"):
+        sampling_lab(tiny_lm, PROMPT, seed="1")

@@ -12,14 +12,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import kv
+from ..validation import check_int
 
 FONT = {"size": 15}
 RED, BLUE, GREY, GREEN = "#d62728", "#1f77b4", "#d9d9d9", "#2ca02c"
-
-
-def _check(name: str, value: int, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) -> go.Figure:
@@ -33,13 +29,13 @@ def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) 
         step: mark this step (default ``n``).
 
     Raises:
+        TypeError: P, n or ``step`` not an integer.
         ValueError: P or n < 1, or ``step`` outside ``[0, n]``.
     """
-    _check("prompt_len", prompt_len, 1)
-    _check("new_tokens", new_tokens, 1)
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
     step = new_tokens if step is None else step
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= new_tokens:
-        raise ValueError(f"step must be an integer in [0, {new_tokens}], got {step!r}")
+    check_int("step", step, 0, new_tokens)
     xs = list(range(new_tokens + 1))
     none = [kv.kv_positions_computed(prompt_len, t, False) for t in xs]
     cache = [kv.kv_positions_computed(prompt_len, t, True) for t in xs]
@@ -65,12 +61,12 @@ def kv_cells_figure(prompt_len: int, new_tokens: int, step: int) -> go.Figure:
     Red = computed in this step, blue = read from the cache (reused), grey = not yet generated.
 
     Raises:
+        TypeError: P, n or ``step`` not an integer.
         ValueError: P or n < 1, or ``step`` outside ``[0, n]``.
     """
-    _check("prompt_len", prompt_len, 1)
-    _check("new_tokens", new_tokens, 1)
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= new_tokens:
-        raise ValueError(f"step must be an integer in [0, {new_tokens}], got {step!r}")
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
+    check_int("step", step, 0, new_tokens)
     total = prompt_len + new_tokens
     size = max(5, min(20, int(900 / total)))
     fig = go.Figure()

@@ -35,6 +35,7 @@ from labsupport.sampling import (
     probs_from_logits,
     trace_filters,
 )
+from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
 
 _WIDE = {"description_width": "initial"}
@@ -125,10 +126,8 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     Raises:
         ValueError: ``top_n`` < 1 or ``temperature`` outside [0, 3].
     """
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
-    if not 0.0 <= temperature <= 3.0:
-        raise ValueError(f"temperature must be in [0, 3] for this panel, got {temperature!r}")
+    check_int("top_n", top_n, 1)
+    check_real("temperature", temperature, 0, 3, hint=" for this panel")
     top_n = min(top_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
     prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
@@ -233,8 +232,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                    repetition_penalty=repetition_penalty, max_tokens=max_new_tokens)       # validates
     for name, value, lo, hi in (("seed", seed, 0, 99), ("max_new_tokens", max_new_tokens, 1, 60),
                                 ("n_samples", n_samples, 1, 100), ("top_n", top_n, 1, 100)):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        check_int(name, value, lo, hi)
     top_n = min(top_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
 
