@@ -38,7 +38,7 @@ def shipped_tokenizer():
 
 def make_tiny_lm(seed: int = 0, n_layer: int = 2, n_head: int = 2, n_embd: int = 64,
                  n_positions: int = 64) -> LoadedModel:
-    """A random ``GPT2LMHeadModel`` (fp32, CPU, eval) with the shipped tokenizer (cases' "tiny GPT-2")."""
+    """A random ``GPT2LMHeadModel`` (fp32, CPU, eval) with the shipped tokenizer."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = shipped_tokenizer()
