@@ -52,7 +52,7 @@ def prompts_for(lm, lengths, seed):
 def pool_is_whole(engine: LLMEngine) -> None:
     bm = engine.block_manager
     bm.audit()
-    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_cached_blocks == bm.num_blocks
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_evictable_blocks == bm.num_blocks
     assert bm.num_free_cpu_blocks == bm.num_cpu_blocks
     sch = engine.scheduler
     assert not sch.running and not sch.waiting and not sch.swapped
@@ -235,7 +235,7 @@ def test_measures_never_return_garbage():
 def test_prompt_of_wrong_type_is_a_value_error(tiny_lm, prompt):
     with pytest.raises(ValueError, match="prompt"):
         generate(tiny_lm, prompt, NO_EOS, max_new_tokens=2)
-    with pytest.raises(ValueError, match="prompt"):
+    with pytest.raises(TypeError, match="prompt"):
         LLMEngine(tiny_lm, block_size=4, num_blocks=8).add_request(prompt, NO_EOS, max_new_tokens=2)
 
 
@@ -274,10 +274,10 @@ def test_lengths_up_to_exactly_n_positions(tiny_lm):
         next_token_logits(tiny_lm, [7] * 65)                       # was an IndexError
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=40)
     fits = engine.add_request([7] * 60, NO_EOS, max_new_tokens=4)
-    too_long = engine.add_request([7] * 60, NO_EOS, max_new_tokens=5)
+    past = engine.add_request([7] * 60, NO_EOS, max_new_tokens=5)     # runs until the window is full
     engine.run()
     assert engine.output(fits).token_ids == generate(tiny_lm, [7] * 60, NO_EOS, max_new_tokens=4).token_ids
-    assert engine.output(too_long).finish_reason == "error" and "n_positions" in engine.output(too_long).error
+    assert engine.output(past).finish_reason == "length" and engine.output(past).token_ids == engine.output(fits).token_ids
     pool_is_whole(engine)
 
 
@@ -362,8 +362,8 @@ def test_pick_device_bad_name_is_a_value_error(device):
 
 # ============================================================================ engine: settings and ids
 @pytest.mark.parametrize("setting, value", [
-    ("num_blocks", 0), ("num_blocks", -3), ("block_size", 0), ("block_size", -1), ("block_size", 2.0),
-    ("num_cpu_blocks", -1), ("max_num_batched_tokens", 0), ("max_num_seqs", 0), ("seed", "a"),
+    ("num_blocks", 0), ("num_blocks", -3), ("block_size", 0), ("block_size", -1),
+    ("num_cpu_blocks", -1), ("max_num_batched_tokens", 0), ("max_num_seqs", 0),
     ("max_prefill_chunk", 0),
 ])
 def test_engine_settings_out_of_range(tiny_lm, setting, value):
@@ -372,6 +372,12 @@ def test_engine_settings_out_of_range(tiny_lm, setting, value):
     kwargs = {"enable_chunked_prefill": True} if setting == "max_prefill_chunk" else {}
     with pytest.raises(ValueError, match=setting):
         LLMEngine(tiny_lm, **{setting: value}, **kwargs)
+
+
+@pytest.mark.parametrize("setting, value", [("block_size", 2.0), ("seed", "a"), ("num_blocks", True)])
+def test_engine_settings_of_wrong_type(tiny_lm, setting, value):
+    with pytest.raises(TypeError, match=setting):
+        LLMEngine(tiny_lm, **{setting: value})
 
 
 def test_auto_request_ids_skip_ids_the_user_took(tiny_lm):
@@ -542,9 +548,9 @@ def test_prefix_caching_identical_prompts_diverging_in_the_last_partial_block(ti
     for p, o in zip(prompts, first + rest):
         assert o.token_ids == generate(tiny_lm, p, NO_EOS, max_new_tokens=4).token_ids
     bm = engine.block_manager
-    assert bm.num_cached_prefix_tokens(base + [99]) == 4           # only the full block is shared
-    assert bm.num_cached_prefix_tokens(base[:4]) == 0               # a hit must leave one token to compute
-    assert bm.num_prefix_hits == 2
+    assert bm.num_prefix_hit_tokens(base + [99]) == 4           # only the full block is shared
+    assert bm.num_prefix_hit_tokens(base[:4]) == 0               # a hit must leave one token to compute
+    assert bm.num_prefix_hit_blocks == 2
     pool_is_whole(engine)
 
 
@@ -556,15 +562,15 @@ def test_c15_eviction_then_the_same_prefix_again(tiny_lm):
     bm = engine.block_manager
     ref = {i: generate(tiny_lm, p, NO_EOS, max_new_tokens=4).token_ids for i, p in enumerate(prompts)}
     (out,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
-    assert bm.num_cached_prefix_tokens(prompts[0]) == 4
+    assert bm.num_prefix_hit_tokens(prompts[0]) == 4
     for i in range(1, 6):
         engine.generate([prompts[i]], NO_EOS, max_new_tokens=4)
-    assert bm.num_evictions > 0 and bm.num_cached_prefix_tokens(prompts[0]) == 0
-    hits = bm.num_prefix_hits
+    assert bm.num_evictions > 0 and bm.num_prefix_hit_tokens(prompts[0]) == 0
+    hits = bm.num_prefix_hit_blocks
     (again,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
-    assert again.token_ids == out.token_ids == ref[0] and bm.num_prefix_hits == hits
+    assert again.token_ids == out.token_ids == ref[0] and bm.num_prefix_hit_blocks == hits
     (third,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
-    assert third.token_ids == ref[0] and bm.num_prefix_hits == hits + 1
+    assert third.token_ids == ref[0] and bm.num_prefix_hit_blocks == hits + 1
     pool_is_whole(engine)
 
 

@@ -9,22 +9,22 @@ sequences at once, some in prefill, some in decode.
 
 The cache is one tensor ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``;
 the :class:`~labsupport.engine.block_manager.BlockManager` decides which blocks each
-sequence uses. Hooks for speculative decoding: :meth:`ModelRunner.extend` runs several new
-tokens per sequence and returns the logits of every one; :meth:`ModelRunner.rollback`
-drops the last tokens of a sequence (rejected draft tokens) and frees their blocks.
+sequence uses. The runner never sees the block manager: it takes block tables, as vLLM's model
+runner takes attention metadata. :meth:`ModelRunner.extend` (speculative decoding) runs
+several new tokens per sequence and returns the logits of every one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .attention import AttentionMetadata, build_metadata, paged_attention
-from .block_manager import BlockManager
+from ..validation import check_int
 
 
 @dataclass
@@ -69,10 +69,8 @@ class ModelRunner:
         if getattr(cfg, "model_type", None) != "gpt2":
             raise ValueError(f"model must be a GPT-2-family model (config.model_type 'gpt2'), "
                              f"got {getattr(cfg, 'model_type', type(model).__name__)!r}")
-        for name, value, low in (("block_size", block_size, 1), ("num_blocks", num_blocks, 1),
-                                 ("num_cpu_blocks", num_cpu_blocks, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        block_size, num_blocks = check_int("block_size", block_size, 1), check_int("num_blocks", num_blocks, 1)
+        num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.model = model
         self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -196,62 +194,21 @@ class ModelRunner:
         dst = torch.tensor(list(mapping.values()), device=self.device)
         self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
 
-    # ------------------------------------------------------------------ hooks (speculative decoding)
-    def extend(self, block_manager: BlockManager, new_tokens: Mapping[Hashable, Sequence[int]],
-               all_logits: bool = True) -> dict[Hashable, torch.Tensor]:
-        """Feed new tokens to several sequences in one forward and return their logits.
+    # ------------------------------------------------------------------ hook (speculative decoding)
+    def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],
+               block_tables: Sequence[Sequence[int]], all_logits: bool = True) -> list[torch.Tensor]:
+        """:meth:`forward` with the logits split per sequence.
 
-        A sequence the block manager does not know yet is allocated (its tokens are its
-        prompt; prefix-cache hits are skipped and get no logits row). For a known sequence
-        the tokens get new slots (copy-on-write included). Used by the logits tests and by
-        speculative decoding to verify γ draft tokens: feed ``[last, d_1 … d_γ]``, read
-        ``γ + 1`` rows, then :meth:`rollback` the rejected ones.
-
-        Args:
-            block_manager: the manager of this runner's cache (same ``block_size``, ``num_blocks``).
-            new_tokens: ``{seq_id: [token ids]}``, each non-empty.
-            all_logits: a row for every computed token (default) or only the last.
+        Used by the logits tests and by speculative decoding to verify γ draft tokens: feed
+        ``[last, d_1 … d_γ]``, read ``γ + 1`` rows, then truncate the rejected slots in the
+        block manager (``BlockManager.truncate``; nothing in the cache is zeroed, the next
+        tokens overwrite them). The slots come from ``BlockManager.reserve``.
 
         Returns:
-            ``{seq_id: logits (k, vocab)}`` (float32; ``k`` = computed tokens, or 1).
-
-        Raises:
-            NoFreeBlocksError: the pool cannot hold the new tokens (nothing is run).
-            ValueError: an empty token list.
+            one float32 tensor per sequence: ``(len(new_tokens[i]), vocab)``, or ``(1, vocab)``
+            without ``all_logits``.
         """
-        seqs, tokens, starts, tables = [], [], [], []
-        for seq_id, ids in new_tokens.items():
-            ids = [int(t) for t in ids]
-            if not ids:
-                raise ValueError(f"new_tokens[{seq_id!r}] must hold at least one token")
-            if block_manager.has_seq(seq_id):
-                start = block_manager.num_tokens(seq_id)
-                self.copy_blocks((src, blk) for blk, _, src in block_manager.append_slots(seq_id, ids)
-                                 if src is not None)
-            else:
-                start = block_manager.allocate(seq_id, ids)
-                ids = ids[start:]
-            seqs.append(seq_id)
-            tokens.append(ids)
-            starts.append(start)
-            tables.append(block_manager.block_table(seq_id))
-        logits = self.forward(tokens, starts, tables, all_logits=all_logits)
-        for seq_id in seqs:
-            block_manager.mark_computed(seq_id, block_manager.num_tokens(seq_id))
+        logits = self.forward(new_tokens, start_positions, block_tables, all_logits=all_logits)
         if not all_logits:
-            return {s: logits[i:i + 1] for i, s in enumerate(seqs)}
-        return dict(zip(seqs, torch.split(logits, [len(t) for t in tokens])))
-
-    @staticmethod
-    def rollback(block_manager: BlockManager, seq_id: Hashable, num_tokens: int) -> list[int]:
-        """Forget the last ``num_tokens`` tokens of a sequence (rejected drafts); returns freed blocks.
-
-        Their slots are overwritten by the next :meth:`extend`; nothing in the cache is zeroed.
-
-        Raises:
-            ValueError: ``num_tokens`` negative or more than the sequence holds.
-        """
-        n = block_manager.num_tokens(seq_id)
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= n:
-            raise ValueError(f"num_tokens must be an integer in [0, {n}], got {num_tokens!r}")
-        return block_manager.truncate(seq_id, n - num_tokens)
+            return list(logits.split(1))
+        return list(torch.split(logits, [len(t) for t in new_tokens]))

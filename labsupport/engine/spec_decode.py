@@ -1,13 +1,13 @@
 """Speculative decoding on the paged KV cache: draft, verify a whole batch in one forward, roll back.
 
-Built on two hooks of the model runner (:mod:`labsupport.engine.model_runner`):
+Built on two operations of the paged cache:
 
-* ``ModelRunner.extend(block_manager, {seq_id: tokens})`` feeds several new tokens per
-  sequence in **one** forward and returns the logits of every one — the verification of
+* :func:`extend` reserves slots for several new tokens per sequence
+  (``BlockManager.reserve``) and runs them in **one** forward
+  (``ModelRunner.extend``), returning the logits of every one — the verification of
   ``[last, d_1..d_γ]`` for every running sequence at once;
-* ``ModelRunner.rollback(block_manager, seq_id, k)`` forgets the last ``k`` tokens
-  (``BlockManager.truncate``): the slots of rejected draft tokens are overwritten next
-  round and blocks past the new end go back to the free pool.
+* ``BlockManager.truncate(seq_id, n)`` keeps the first ``n`` tokens: the slots of rejected
+  draft tokens are overwritten next round and blocks past the new end go back to the pool.
 
 A draft model gets its own runner and block manager (its own paged KV cache); n-gram prompt
 lookup needs none. Verification is :func:`labsupport.speculative.verify_round` — the same
@@ -40,7 +40,9 @@ from ..speculative import (
     verify_round,
 )
 from .block_manager import BlockManager
+from .extend import extend
 from .model_runner import ModelRunner
+
 
 
 @dataclass
@@ -170,9 +172,9 @@ class SpecDecodeEngine:
         """Put every prompt but its last token into the target's (and draft's) paged cache."""
         todo = {s.rid: s.prompt_ids[:-1] for s in seqs if len(s.prompt_ids) > 1}
         if todo:
-            self.runner.extend(self.block_manager, todo, all_logits=False)
+            extend(self.runner, self.block_manager, todo, all_logits=False)
             if self.draft_runner is not None:
-                self.draft_runner.extend(self.draft_block_manager, todo, all_logits=False)
+                extend(self.draft_runner, self.draft_block_manager, todo, all_logits=False)
 
     def _propose(self, seqs: list[_Seq], gammas: dict[str, int]) -> dict[str, Proposal]:
         t0 = time.perf_counter()
@@ -185,7 +187,7 @@ class SpecDecodeEngine:
             rows: dict[str, list[torch.Tensor]] = {s.rid: [] for s in active}
             feed = {s.rid: s.seq[bm.num_tokens(s.rid) if bm.has_seq(s.rid) else 0:] for s in active}
             for i in range(max((gammas[s.rid] for s in active), default=0)):
-                logits = self.draft_runner.extend(bm, feed, all_logits=False)        # {rid: (1, V)}
+                logits = extend(self.draft_runner, bm, feed, all_logits=False)        # {rid: (1, V)}
                 feed = {}
                 for s in active:
                     if i >= gammas[s.rid]:
@@ -211,7 +213,7 @@ class SpecDecodeEngine:
         t0 = time.perf_counter()
         bm = self.block_manager
         feed = {s.rid: s.seq[bm.num_tokens(s.rid) if bm.has_seq(s.rid) else 0:] + props[s.rid].tokens for s in seqs}
-        logits = self.runner.extend(bm, feed)                                      # {rid: (len, V)}
+        logits = extend(self.runner, bm, feed)                                      # {rid: (len, V)}
         self.peak_blocks = max(self.peak_blocks, bm.num_used_blocks)
         self.num_rounds += 1
         for s in seqs:
@@ -225,10 +227,10 @@ class SpecDecodeEngine:
             s.stats.target_forwards += 1
             # the cache keeps the committed prefix; the rejected drafts' slots are given back
             keep = before + rec.num_accepted
-            self.runner.rollback(bm, s.rid, bm.num_tokens(s.rid) - keep)
+            bm.truncate(s.rid, keep)
             if self.draft_block_manager is not None and self.draft_block_manager.has_seq(s.rid):
                 dbm = self.draft_block_manager
-                self.draft_runner.rollback(dbm, s.rid, max(0, dbm.num_tokens(s.rid) - keep))
+                dbm.truncate(s.rid, min(keep, dbm.num_tokens(s.rid)))
         self.target_seconds += time.perf_counter() - t0
 
     def _output(self, s: _Seq, error: str | None = None) -> SpecRequestOutput:
