@@ -1,5 +1,5 @@
-"""Speculative decoding: theory, exact verification (C18–C20), the loop (C17), exactness of the
-output distribution — and proof that the distribution check catches the classic bugs."""
+"""Speculative decoding: theory, exact verification, the loop, exactness of the output
+distribution — and proof that the distribution check catches the classic bugs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers import shipped_tokenizer
 
+from labsupport.bench.speculative import measure_costs
 from labsupport.generation import generate
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams, probs_from_logits
@@ -22,13 +23,12 @@ from labsupport.speculative import (
     VerifyResult,
     acceptance_probability,
     accepted_prefix_length,
-    amdahl_speedup,
     best_gamma,
     check_same_vocabulary,
     expected_accepted,
     expected_tokens_per_round,
+    independent_tokens_estimate,
     lookup_ngram,
-    measure_costs,
     residual_distribution,
     sample_from,
     sampling_noise_floor,
@@ -79,10 +79,10 @@ def pair():
 
 PROMPT = [5, 17, 99, 3, 42, 8]
 
-# ----------------------------------------------------------------------------- theory (seed numbers)
+# ----------------------------------------------------------------------------- theory (worked numbers)
 
 
-def test_seed_000_worked_numbers():
+def test_tokens_per_round_and_speedup_for_a_draft_at_a_tenth_of_the_cost():
     assert expected_tokens_per_round(0.8, 4) == pytest.approx(3.3616)              # "≈ 3.36"
     assert speedup(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)                       # "≈ 2.4×"
     assert round(speedup(0.8, 4, 0.1), 1) == 2.4
@@ -91,13 +91,13 @@ def test_seed_000_worked_numbers():
     assert (g, round(s, 2)) == (6, 2.47)
 
 
-def test_seed_001_worked_numbers():
+def test_best_gamma_for_cheaper_and_costlier_drafts():
     assert round(expected_tokens_per_round(0.75, 3), 2) == 2.73
     assert round(speedup(0.75, 3, 0.05), 1) == 2.4
     assert round(speedup(0.8, 4, 0.05), 1) == 2.8
     g, s = best_gamma(0.8, 0.05)
     assert (g, round(s, 1)) == (8, 3.1)
-    g, s = best_gamma(0.8, 0.3)                                    # seed 001 ③: optimum 3, ≈ 1.5×
+    g, s = best_gamma(0.8, 0.3)                                    # a costly draft: optimum 3, ≈ 1.55×
     assert g == 3 and round(s, 1) == 1.6 and s == pytest.approx(1.554, abs=1e-3)
 
 
@@ -114,19 +114,19 @@ def test_formula_limits_and_identities():
     assert g < 6
 
 
-def test_seed_004_formula_against_derived_and_monte_carlo():
-    """Seed 004 quotes 1/(1-α+α/(k+1)) ≈ 2.3× for α=0.7, k=5. That expression evaluates to
-    2.40, the derived formula to 2.94, and a Monte Carlo of the rounds agrees with the latter."""
-    assert amdahl_speedup(0.7, 5) == pytest.approx(2.4, abs=1e-9)
+def test_independent_tokens_estimate_against_derived_and_monte_carlo():
+    """The circulating estimate 1/(1-α+α/(k+1)) for α=0.7, k=5 evaluates to 2.40, the derived
+    formula to 2.94, and a Monte Carlo of the rounds agrees with the derived one."""
+    assert independent_tokens_estimate(0.7, 5) == pytest.approx(2.4, abs=1e-9)
     derived = expected_tokens_per_round(0.7, 5)
     assert derived == pytest.approx(2.941, abs=1e-3)
     flags = simulate_rounds(0.7, 5, 200_000, np.random.default_rng(0))
     mc = float(np.mean(accepted_prefix_length(flags) + 1))
     sd = float(np.std(accepted_prefix_length(flags) + 1)) / math.sqrt(200_000)
     assert abs(mc - derived) < 4 * sd
-    assert abs(mc - amdahl_speedup(0.7, 5)) > 50 * sd
+    assert abs(mc - independent_tokens_estimate(0.7, 5)) > 50 * sd
     for a in (0.0, 1.0):
-        assert amdahl_speedup(a, 5) == pytest.approx(expected_tokens_per_round(a, 5))
+        assert independent_tokens_estimate(a, 5) == pytest.approx(expected_tokens_per_round(a, 5))
 
 
 @pytest.mark.parametrize("call", [
@@ -139,10 +139,34 @@ def test_bad_input_raises(call):
         call()
 
 
-# ----------------------------------------------------------------------------- verification: C18–C20
+@pytest.mark.parametrize("call, name", [
+    (lambda: simulate_rounds(0.5, 4, 0, np.random.default_rng(0)), "n_rounds"),
+    (lambda: simulate_rounds(0.5, 0, 10, np.random.default_rng(0)), "gamma"),
+    (lambda: NgramProposer(min_ngram=0), "min_ngram"),
+    (lambda: NgramProposer(max_ngram=1, min_ngram=2), "max_ngram"),
+    (lambda: independent_tokens_estimate(0.5, -1), "k"),
+    (lambda: best_gamma(0.5, 0.1, 0), "gamma_max"),
+    (lambda: speedup(0.5, 4, 0.1, v=0), "v"),
+    (lambda: expected_tokens_per_round(1.2, 4), "alpha"),
+])
+def test_bad_input_names_the_parameter(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} must be"):
+        call()
 
 
-def test_c18_accept_probabilities_residual_and_marginal():
+def test_wrong_types_raise_type_error():
+    with pytest.raises(TypeError, match="^gamma must be an integer"):
+        expected_tokens_per_round(0.5, 2.0)
+    with pytest.raises(TypeError, match="^alpha must be a number"):
+        speedup("0.5", 4, 0.1)
+    with pytest.raises(TypeError, match="^min_ngram must be an integer"):
+        NgramProposer(min_ngram=True)
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def test_accept_probabilities_residual_and_first_token_marginal():
     p = torch.tensor([0.6, 0.3, 0.1])
     q = torch.tensor([0.2, 0.5, 0.3])
     acc = acceptance_probability(p.expand(3, 3), q.expand(3, 3), torch.arange(3))
@@ -161,7 +185,7 @@ def test_c18_accept_probabilities_residual_and_marginal():
     assert ((freq - p.double()).abs() < 4 * sigma).all(), (freq, p)
 
 
-def _c19_first_token_freq(verify_fn, n=200_000, seed=19):
+def _first_token_matches_target(verify_fn, n=200_000, seed=19):
     t_logits = torch.tensor([2.0, 1.5, 1.0, 0.5])
     d_logits = torch.tensor([0.5, 1.0, 1.5, 2.0])
     params = SamplingParams(temperature=0.7)
@@ -222,16 +246,16 @@ BUGS = ["temperature_target_only", "temperature_draft_only", "bonus_off_by_one",
         "residual_unnormalised", "resample_from_target"]
 
 
-def test_c19_temperature_on_both_sides():
-    assert _c19_first_token_freq(verify_logits)
+def test_temperature_on_both_sides_keeps_the_target_distribution():
+    assert _first_token_matches_target(verify_logits)
 
 
 @pytest.mark.parametrize("bug", ["temperature_target_only", "temperature_draft_only"])
-def test_c19_temperature_on_one_side_fails(bug):
-    assert not _c19_first_token_freq(_logits_fn(bug))
+def test_temperature_on_one_side_only_breaks_the_distribution(bug):
+    assert not _first_token_matches_target(_logits_fn(bug))
 
 
-def test_c20_only_the_accepted_prefix_counts():
+def test_only_the_accepted_prefix_counts():
     flags = torch.tensor([[True, False, True], [True, True, True], [False, True, True]])
     assert accepted_prefix_length(flags).tolist() == [1, 3, 0]
     assert (accepted_prefix_length(flags) + 1).tolist() == [2, 4, 1]
@@ -333,10 +357,10 @@ def test_two_token_tree_needs_small_support(joint_setup):
         two_token_tree(*pair, PROMPT, SamplingParams(temperature=1.0, top_p=0.9))
 
 
-# ----------------------------------------------------------------------------- the loop: C17, greedy equality
+# ----------------------------------------------------------------------------- the loop: greedy equality
 
 
-def test_c17_ngram_on_repeated_prompt(pair):
+def test_ngram_lookup_on_a_repeated_prompt_equals_greedy_target(pair):
     target, _ = pair
     ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
     res = speculative_generate(target, NgramProposer(), [1, 1, 1], GREEDY, gamma=4, max_new_tokens=64)
@@ -345,7 +369,7 @@ def test_c17_ngram_on_repeated_prompt(pair):
     _check_rejects_non_argmax(res)
 
 
-def test_c17_draft_model(pair):
+def test_draft_model_rejects_exactly_the_non_argmax_drafts(pair):
     target, draft = pair
     ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
     res = speculative_generate(target, DraftModelProposer(draft, target), [1, 1, 1], GREEDY, gamma=4,
@@ -463,6 +487,8 @@ def test_lookup_ngram():
 
 def test_measure_costs_shapes(pair):
     target, draft = pair
+    with pytest.raises(ValueError, match="^repeats must be"):
+        measure_costs(target, draft, PROMPT, gammas=[1], repeats=0)
     cm = measure_costs(target, draft, PROMPT, gammas=[1, 2], repeats=2)
     assert set(cm.v) == {1, 2} and cm.t_target > 0 and cm.c > 0
     assert cm.predicted_speedup(2.0, 1) == pytest.approx(2.0 / (cm.c + cm.v[1]))
@@ -489,7 +515,7 @@ def test_round_cells_and_figures():
     assert round_cells([], 0, "t") == [("t", "replaced")]
     with pytest.raises(ValueError):
         round_cells(["a"], 2, "X")
-    flags = np.array([[True, False, True], [True, True, True], [False, True, True]])      # C20
+    flags = np.array([[True, False, True], [True, True, True], [False, True, True]])
     from labsupport.widgets.speculative import flags_to_rounds
 
     fig = rounds_figure(flags_to_rounds(flags), lambda i: "t" if i == 0 else f"draft-token-{i}")
@@ -514,7 +540,11 @@ def test_panels_build_and_react(pair):
     assert "3.36" in panel.stats.value and "6 (2.47×)" in panel.stats.value
     panel.controls["alpha"].value = 0.5
     assert "3.36" not in panel.stats.value
-    assert len(panel.figures[1].data[0].x) + len(panel.figures[1].data[1].x) > 0
+    # the strip shows the 12 rounds simulated at α = 0.5, γ = 4 with the panel's seed (0 + γ)
+    n = accepted_prefix_length(simulate_rounds(0.5, 4, 12, np.random.default_rng(4)))
+    cells = {tr.name.split(" ")[0]: len(tr.x) for tr in panel.figures[1].data}
+    assert cells == {"accepted": int(n.sum()), "rejected": int((n < 4).sum()), "bonus": int((n == 4).sum()),
+                     "discarded": int((4 - n)[n < 4].sum())}
     target, draft = pair
     box = round_panel(target, draft, "Return the number", gamma=3, max_new_tokens=12)
     first = box.state["result"]
