@@ -15,9 +15,10 @@ from helpers import shipped_tokenizer
 from labsupport.bench.speculative import measure_costs
 from labsupport.generation import generate
 from labsupport.models import LoadedModel
-from labsupport.sampling import GREEDY, SamplingParams, probs_from_logits
+from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits
 from labsupport.speculative import (
     DraftModelProposer,
+    DraftRequest,
     NgramProposer,
     Proposal,
     VerifyResult,
@@ -25,6 +26,7 @@ from labsupport.speculative import (
     accepted_prefix_length,
     best_gamma,
     check_same_vocabulary,
+    draft_tokens,
     expected_accepted,
     expected_tokens_per_round,
     independent_tokens_estimate,
@@ -475,6 +477,37 @@ def test_vocabulary_mismatch_is_an_error_at_setup(pair):
     tok2.add_tokens(["<|extra|>"])
     with pytest.raises(ValueError, match="tokenizer"):
         check_same_vocabulary(target, LoadedModel(target.model, tok2, torch.device("cpu"), "t2"))
+
+
+def test_draft_tokens_runs_sequences_in_lockstep_and_keeps_q_only_when_needed():
+    V = 11
+    W = torch.randn(V, V, generator=torch.Generator().manual_seed(2)) * 3     # logits after token t: W[t]
+    calls = []
+
+    def next_logits(feed):
+        calls.append({k: list(v) for k, v in feed.items()})
+        return {k: W[v[-1]] for k, v in feed.items()}
+
+    requests = {"a": DraftRequest(feed=[3, 4], history=[1, 2, 3, 4], gamma=3, params=GREEDY),
+                "b": DraftRequest(feed=[5], history=[5], gamma=1, params=SamplingParams(temperature=1.0),
+                                  generator=torch.Generator().manual_seed(0)),
+                "c": DraftRequest(feed=[6], history=[6], gamma=0, params=GREEDY)}
+    props = draft_tokens(next_logits, requests)
+    a1 = int(W[4].argmax())
+    a2 = int(W[a1].argmax())
+    a3 = int(W[a2].argmax())
+    assert props["a"].tokens == [a1, a2, a3] and props["a"].q is None           # plain greedy: no q rows
+    assert len(props["b"].tokens) == 1 and props["b"].q.shape == (1, V)
+    assert torch.allclose(props["b"].q[0], torch.softmax(W[5], dim=-1))
+    assert props["c"].tokens == [] and props["c"].q is None
+    assert calls == [{"a": [3, 4], "b": [5]}, {"a": [a1]}, {"a": [a2]}]         # one call per step, no feed after
+    # greedy with a repetition penalty: the arg-max of the penalised logits, q kept (one-hot)
+    history = [int(W[4].argmax()), 4]
+    pen = SamplingParams(temperature=0.0, repetition_penalty=5.0)
+    prop = draft_tokens(next_logits, {0: DraftRequest(feed=[4], history=history, gamma=1, params=pen)})[0]
+    assert GREEDY.is_plain_greedy and not pen.is_plain_greedy and not SamplingParams(temperature=1.0).is_plain_greedy
+    assert prop.tokens == [int(apply_repetition_penalty(W[4], history, 5.0).argmax())] != [int(W[4].argmax())]
+    assert prop.q.shape == (1, V) and prop.q[0, prop.tokens[0]] == 1.0 and prop.q.sum() == 1.0
 
 
 def test_lookup_ngram():
