@@ -37,7 +37,7 @@ from ..engine.model_runner import ModelRunner
 from ..generation import _prompt_ids
 from ..models import LoadedModel
 from ..sampling import GREEDY, SamplingParams
-from ..stopping import StopRule
+from ..stopping import StopRule, eos_ids_of
 from ..validation import check_int
 from .proposers import DraftRequest, Proposal, check_same_vocabulary, draft_tokens, lookup_ngram
 from .rounds import RoundRecord, commit_round, verify_round
@@ -88,7 +88,8 @@ class SpecDecodeEngine:
 
     Attributes:
         block_manager / runner: the target's; ``draft_block_manager`` / ``draft_runner`` the
-        draft's (None for n-gram). ``num_rounds``: verification forwards so far;
+        draft's (None for n-gram). ``eos_token_ids``: every end-of-sequence id of the target
+        (config, generation config, tokenizer — as ``LLMEngine``). ``num_rounds``: verification forwards so far;
         ``peak_blocks``: most target blocks in use at once.
 
     Raises:
@@ -110,6 +111,10 @@ class SpecDecodeEngine:
         self.block_manager = BlockManager(num_blocks, block_size)
         self.draft_runner = ModelRunner(draft, block_size, num_blocks) if draft is not None else None
         self.draft_block_manager = BlockManager(num_blocks, block_size) if draft is not None else None
+        model = target.model                      # every EOS id, as LLMEngine counts them
+        self.eos_token_ids = eos_ids_of(getattr(model.config, "eos_token_id", None),
+                                        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                                        target.eos_token_id)
         self.num_rounds = 0
         self.peak_blocks = 0
         self.draft_seconds = 0.0
@@ -132,7 +137,7 @@ class SpecDecodeEngine:
             seed = params.seed if params.seed is not None else self.seed + i
             gen = torch.Generator(device=self.target.device).manual_seed(seed)
             need = self.block_manager.blocks_needed(len(ids) + max_new + self.gamma)
-            rule = StopRule.from_params(params, self.target.eos_token_id, max_new)
+            rule = StopRule.from_params(params, self.eos_token_ids, max_new)
             waiting.append(_Seq(rid=str(i), prompt_ids=ids, max_new=max_new, params=params, generator=gen,
                                 rule=rule, reserved=need, stats=SpecStats(gamma=self.gamma), seq=list(ids)))
         done: dict[str, SpecRequestOutput] = {}
