@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .attention import AttentionMetadata, build_metadata, paged_attention
 from ..validation import check_int
+from .attention import AttentionMetadata, build_metadata, paged_attention
 
 
 @dataclass
