@@ -209,6 +209,8 @@ class LLMEngine:
     def fork(self, request_id: str, n: int) -> list[str]:
         """Add ``n`` copies of a running, decoding request that share its blocks (copy-on-write).
 
+        Children beyond ``max_num_seqs`` wait at the front of the waiting queue and are
+        recomputed when admitted (they never push the batch past the limit).
         The children ``"{id}.1"``, … continue from the same tokens with their own generators
         (child k seeded ``seed + k`` when the request has a seed). A name already taken by
         another request is skipped (``"{id}.{k+1}"``, …); the seed still follows k.
@@ -229,17 +231,22 @@ class LLMEngine:
     def _fork(self, req: _Request, n: int) -> list[str]:
         parent, new_ids = req.seq, []
         position = self.scheduler.running.index(parent) + 1
+        waiting_at = 0                                                # children that wait go first in line
         for _ in range(n):
             k = len(req.children) + 1                             # sample index: seed + k
             suffix = k
             while f"{parent.seq_id}.{suffix}" in self.requests:
                 suffix += 1
             child_id = f"{parent.seq_id}.{suffix}"
-            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids),
-                        SequenceStatus.RUNNING, parent.num_computed_tokens)
-            self.block_manager.fork(parent.seq_id, child_id)
-            self.scheduler.running.insert(position, child)
-            position += 1
+            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids))
+            if len(self.scheduler.running) < self.config.max_num_seqs:   # room: share the parent's blocks
+                child.status, child.num_computed_tokens = SequenceStatus.RUNNING, parent.num_computed_tokens
+                self.block_manager.fork(parent.seq_id, child_id)
+                self.scheduler.running.insert(position, child)
+                position += 1
+            else:                                                      # full: it waits, recomputed when admitted
+                self.scheduler.waiting.insert(waiting_at, child)
+                waiting_at += 1
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
             self.requests[child_id] = _Request(child, req.params, req.prompt, self._generator_for(req.params, k),
                                                req.stop_rule, metrics, next(self._order), forked=True)
@@ -299,7 +306,8 @@ class LLMEngine:
                 continue
             rows.append((i, req))
             if req.params.n > 1 and not req.forked and not req.seq.output_ids:
-                rows += [(i, self.requests[c]) for c in self._fork(req, req.params.n - 1)]
+                children = [self.requests[c] for c in self._fork(req, req.params.n - 1)]
+                rows += [(i, c) for c in children if c.seq.status == SequenceStatus.RUNNING]
         return rows
 
     def _append_and_finish(self, rows: list[tuple[int, _Request]], tokens: list[int], now: float) -> list[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..validation import check_int
+from ..validation import check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
 
 
@@ -135,6 +135,7 @@ class ModelRunner:
         ends = [s + q for s, q in zip(start_positions, query_lens)]
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
+        self._check_blocks("block_tables", [b for t in block_tables for b in t], self.num_blocks)
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype)
         flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
         if flat.min() < 0 or flat.max() >= self.vocab_size:
@@ -164,10 +165,25 @@ class ModelRunner:
         return x
 
     # ------------------------------------------------------------------ moving blocks
+    @staticmethod
+    def _check_blocks(name: str, ids: Sequence[int], num_blocks: int) -> None:
+        bad = [b for b in ids if not (is_int(b) and 0 <= b < num_blocks)]
+        if bad:
+            raise ValueError(f"{name} must hold block ids in [0, {num_blocks}), got {bad[0]!r}")
+
+    def _check_pairs(self, name: str, pairs: list[tuple[int, int]], src_blocks: int, dst_blocks: int) -> None:
+        self._check_blocks(f"{name} (source blocks)", [p[0] for p in pairs], src_blocks)
+        self._check_blocks(f"{name} (destination blocks)", [p[1] for p in pairs], dst_blocks)
+
     @torch.inference_mode()
     def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V."""
+        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V.
+
+        Raises:
+            ValueError: a block id outside the pool.
+        """
         pairs = list(pairs)
+        self._check_pairs("pairs", pairs, self.num_blocks, self.num_blocks)
         if pairs:
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
@@ -175,10 +191,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
-        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs)."""
+        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
+
+        Raises:
+            ValueError: a block id outside the device pool or the CPU swap space.
+        """
         pairs = list(mapping.items() if isinstance(mapping, Mapping) else mapping)
         if not pairs:
             return
+        self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
         if self.cpu_cache is None:
             self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
         src = torch.tensor([s for s, _ in pairs], device=self.device)
@@ -187,9 +208,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def swap_in(self, mapping: Mapping[int, int]) -> None:
-        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``)."""
+        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
+
+        Raises:
+            ValueError: a block id outside the pools, or nothing swapped out yet.
+        """
         if not mapping:
             return
+        self._check_pairs("mapping", list(mapping.items()), self.num_cpu_blocks, self.num_blocks)
+        if self.cpu_cache is None:
+            raise ValueError("mapping names CPU blocks, but nothing was swapped out yet (the CPU cache is empty)")
         src = torch.tensor(list(mapping.keys()))
         dst = torch.tensor(list(mapping.values()), device=self.device)
         self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
