@@ -292,6 +292,11 @@ class SamplingParams:
         """True when decoding is the arg-max (temperature 0)."""
         return self.temperature == 0
 
+    @property
+    def is_plain_greedy(self) -> bool:
+        """True when the next token is the arg-max of the raw logits: greedy with no penalty."""
+        return self.greedy and self.repetition_penalty == 1.0
+
     def replace(self, **changes) -> SamplingParams:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)

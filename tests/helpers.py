@@ -59,10 +59,10 @@ def prompts_for(lm, lengths, seed):
 
 def pool_is_whole(engine) -> None:
     """Every request finished with a reason, the scheduler's queues are empty and the block
-    pool is whole again (free + cached = all GPU blocks, all CPU blocks free)."""
+    pool is whole again (free + evictable = all GPU blocks, all CPU blocks free)."""
     bm = engine.block_manager
     bm.audit()
-    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_cached_blocks == bm.num_blocks
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_evictable_blocks == bm.num_blocks
     assert bm.num_free_cpu_blocks == bm.num_cpu_blocks
     sch = engine.scheduler
     assert not sch.running and not sch.waiting and not sch.swapped

@@ -168,3 +168,32 @@ def test_bad_scores():
         length_normalised_score(-1.0, 0, 1.0)
     with pytest.raises(ValueError, match="candidates"):
         best_hypothesis([], 1.0)
+
+
+# ---------------------------------------------------------------------------- beam search on the paged engine
+@pytest.mark.parametrize("beam_width", [1, 2, 4])
+def test_paged_beam_search_equals_plain_beam_search(tiny_lm, beam_width):
+    from labsupport.engine.beam_search import paged_beam_search
+
+    prompts = [[5, 9, 2, 7, 1], [3] * 11, [42, 17]]
+    paged = paged_beam_search(tiny_lm, prompts, beam_width, max_new_tokens=10, block_size=4,
+                              num_return_sequences=beam_width)
+    for prompt, res in zip(prompts, paged.results):
+        ref = beam_search(tiny_lm, prompt, beam_width, max_new_tokens=10, num_return_sequences=beam_width)
+        assert [h.token_ids for h in res.hypotheses] == [h.token_ids for h in ref.hypotheses]
+        for h, r in zip(res.hypotheses, ref.hypotheses):
+            assert h.score == pytest.approx(r.score, abs=1e-4)
+        assert res.steps == ref.steps
+
+
+def test_paged_beams_share_the_prompt_blocks(tiny_lm):
+    from labsupport.engine.beam_search import paged_beam_search
+
+    prompt = list(range(1, 17))                                        # 16 tokens: 4 full blocks of 4
+    out = paged_beam_search(tiny_lm, [prompt], 4, max_new_tokens=6, block_size=4, ignore_eos=True)
+    first = out.sharing[0]                                             # 4 beams after one step
+    assert len(first.block_tables) == 4
+    prompt_blocks = [t[:4] for t in first.block_tables.values()]
+    assert all(b == prompt_blocks[0] for b in prompt_blocks)            # one physical copy of the prompt
+    assert first.private_blocks == 4 * 5 and first.used_blocks == 4 + 4   # 4 shared + one private tail each
+    assert first.saved_fraction == pytest.approx(1 - 8 / 20)

@@ -24,15 +24,15 @@ NO_EOS = GREEDY.replace(ignore_eos=True)
 
 
 @pytest.mark.parametrize("prompt", [[1.7, 2], ["a"], [[1, 2]], None, 5, [True, 3], torch.tensor([[1, 2]])])
-def test_add_request_prompt_of_wrong_type_is_a_value_error(tiny_lm, prompt):
-    with pytest.raises(ValueError, match="prompt"):
+def test_add_request_prompt_of_wrong_type_is_a_type_error(tiny_lm, prompt):
+    with pytest.raises(TypeError, match="prompt"):
         LLMEngine(tiny_lm, block_size=4, num_blocks=8).add_request(prompt, NO_EOS, max_new_tokens=2)
 
 
 # ============================================================================ engine: settings and ids
 @pytest.mark.parametrize("setting, value", [
-    ("num_blocks", 0), ("num_blocks", -3), ("block_size", 0), ("block_size", -1), ("block_size", 2.0),
-    ("num_cpu_blocks", -1), ("max_num_batched_tokens", 0), ("max_num_seqs", 0), ("seed", "a"),
+    ("num_blocks", 0), ("num_blocks", -3), ("block_size", 0), ("block_size", -1),
+    ("num_cpu_blocks", -1), ("max_num_batched_tokens", 0), ("max_num_seqs", 0),
     ("max_prefill_chunk", 0),
 ])
 def test_engine_settings_out_of_range(tiny_lm, setting, value):
@@ -41,6 +41,12 @@ def test_engine_settings_out_of_range(tiny_lm, setting, value):
     kwargs = {"enable_chunked_prefill": True} if setting == "max_prefill_chunk" else {}
     with pytest.raises(ValueError, match=setting):
         LLMEngine(tiny_lm, **{setting: value}, **kwargs)
+
+
+@pytest.mark.parametrize("setting, value", [("block_size", 2.0), ("seed", "a"), ("num_blocks", True)])
+def test_engine_settings_of_wrong_type(tiny_lm, setting, value):
+    with pytest.raises(TypeError, match=setting):
+        LLMEngine(tiny_lm, **{setting: value})
 
 
 def test_auto_request_ids_skip_ids_the_user_took(tiny_lm):
@@ -211,9 +217,9 @@ def test_prefix_caching_identical_prompts_diverging_in_the_last_partial_block(ti
     for p, o in zip(prompts, first + rest):
         assert o.token_ids == generate(tiny_lm, p, NO_EOS, max_new_tokens=4).token_ids
     bm = engine.block_manager
-    assert bm.num_cached_prefix_tokens(base + [99]) == 4           # only the full block is shared
-    assert bm.num_cached_prefix_tokens(base[:4]) == 0               # a hit must leave one token to compute
-    assert bm.num_prefix_hits == 2
+    assert bm.num_prefix_hit_tokens(base + [99]) == 4           # only the full block is shared
+    assert bm.num_prefix_hit_tokens(base[:4]) == 0               # a hit must leave one token to compute
+    assert bm.num_prefix_hit_blocks == 2
     pool_is_whole(engine)
 
 
@@ -225,15 +231,15 @@ def test_eviction_then_the_same_prefix_again(tiny_lm):
     bm = engine.block_manager
     ref = {i: generate(tiny_lm, p, NO_EOS, max_new_tokens=4).token_ids for i, p in enumerate(prompts)}
     (out,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
-    assert bm.num_cached_prefix_tokens(prompts[0]) == 4
+    assert bm.num_prefix_hit_tokens(prompts[0]) == 4
     for i in range(1, 6):
         engine.generate([prompts[i]], NO_EOS, max_new_tokens=4)
-    assert bm.num_evictions > 0 and bm.num_cached_prefix_tokens(prompts[0]) == 0
-    hits = bm.num_prefix_hits
+    assert bm.num_evictions > 0 and bm.num_prefix_hit_tokens(prompts[0]) == 0
+    hits = bm.num_prefix_hit_blocks
     (again,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
-    assert again.token_ids == out.token_ids == ref[0] and bm.num_prefix_hits == hits
+    assert again.token_ids == out.token_ids == ref[0] and bm.num_prefix_hit_blocks == hits
     (third,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
-    assert third.token_ids == ref[0] and bm.num_prefix_hits == hits + 1
+    assert third.token_ids == ref[0] and bm.num_prefix_hit_blocks == hits + 1
     pool_is_whole(engine)
 
 

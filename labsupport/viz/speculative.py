@@ -58,7 +58,7 @@ def round_cells(draft_labels: Sequence[str], num_accepted: int, next_label: str)
 
 def rounds_figure(rounds: Sequence, label: Callable[[int], str] | None = None, *,
                   title: str = "Draft-verify rounds", max_rounds: int = 12) -> go.Figure:
-    """Draft-verify rounds: one row per round, one cell per token.
+    """Speculative rounds: one row per round, one cell per token.
 
     Args:
         rounds: objects with ``draft_tokens``, ``num_accepted``, ``next_token`` (e.g.
@@ -197,8 +197,8 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
     """Wall-clock speed-up vs γ: per series a measured line and its prediction (dashed).
 
     Args:
-        series: name → ``{"measured": [...], "predicted": [...], "seed": [...]}`` (each per γ;
-            ``"seed"`` = the textbook formula with v = 1, optional).
+        series: name → ``{"measured": [...], "predicted": [...], "free_verification": [...]}``
+            (each per γ; ``"free_verification"`` = the prediction with v = 1, optional).
     """
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
     fig = go.Figure()
@@ -209,8 +209,8 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
         if "predicted" in d:
             fig.add_trace(go.Scatter(x=list(gammas), y=list(d["predicted"]), name=f"{name}: E/(γc+v(γ))",
                                      mode="lines", line={"color": col, "dash": "dash", "width": 2}))
-        if "seed" in d:
-            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["seed"]), name=f"{name}: formula with v=1",
+        if "free_verification" in d:
+            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["free_verification"]), name=f"{name}: formula with v=1",
                                      mode="lines", line={"color": col, "dash": "dot", "width": 1}))
     fig.add_hline(y=1.0, line={"color": "black", "width": 1})
     fig.update_xaxes(title="draft length γ (tokens)", dtick=1)
