@@ -1,4 +1,4 @@
-"""Beam search on a real model, keeping the whole search tree (seed 001, "빔 서치").
+"""Beam search on a real model, keeping the whole search tree (Graves, 2012; Sutskever et al., 2014).
 
 Every step each live beam is extended by every token; the candidates are ranked by their
 cumulative log probability ``Σ log p`` and the best ``B`` (the beam width) survive. A candidate
@@ -8,7 +8,7 @@ length-normalised score
 
     score = Σ log p / len^α        (len = generated tokens, EOS included; the prompt is not counted)
 
-(α = ``length_penalty``; α = 0 compares raw sums, α > 0 favours longer outputs — case C09).
+(α = ``length_penalty``; α = 0 compares raw sums, α > 0 favours longer outputs; Wu et al., 2016).
 Live beams are always ranked by the raw sum; α only matters among finished hypotheses.
 
 The rules are those of Hugging Face ``generate(num_beams=B, do_sample=False)`` (transformers
@@ -22,9 +22,9 @@ The rules are those of Hugging Face ``generate(num_beams=B, do_sample=False)`` (
   beat the worst finished one; ``"never"`` uses the exact bound (normalised at
   ``max_new_tokens`` when α > 0), which is the textbook beam search.
 
-Seed 001's toy simulator differs in one way, on purpose there: a finished beam keeps one of
-the ``B`` slots. Here (and in HF) the ``B`` live beams keep exploring and finished ones wait in
-their own list. B = 1 is greedy decoding (case C10).
+Some textbook presentations let a finished beam keep one of the ``B`` slots. Here (and in HF)
+the ``B`` live beams keep exploring and finished ones wait in their own list. B = 1 is greedy
+decoding.
 
 Each step re-runs the model on the ``B`` live sequences (no KV cache per beam): the code stays
 short and, on the shipped model, a width-4, depth-6 search takes a few tens of milliseconds.
@@ -41,6 +41,7 @@ import torch
 
 from .generation import _check_length, _prompt_ids
 from .models import LoadedModel, model_forward
+from .validation import check_int, check_real
 
 LN2 = math.log(2)
 
@@ -139,15 +140,15 @@ class BeamSearchResult:
 
 
 def length_normalised_score(logprob: float, length: int, length_penalty: float) -> float:
-    """``logprob / length^α``: the score finished hypotheses compete with (seed 001; HF ``length_penalty``).
+    """``logprob / length^α``: the score finished hypotheses compete with (HF ``length_penalty``).
 
-    Case C09: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
+    Example: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
 
     Raises:
+        TypeError: ``length`` not an integer.
         ValueError: ``length < 1``.
     """
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an integer >= 1 (generated tokens), got {length!r}")
+    check_int("length", length, 1, hint=" (generated tokens)")
     return logprob / length ** length_penalty
 
 
@@ -164,19 +165,12 @@ def best_hypothesis(candidates: Sequence[tuple[float, int]], length_penalty: flo
 
 
 def _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab):
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or not 1 <= beam_width <= vocab // 2:
-        raise ValueError(f"beam_width must be an integer in [1, {vocab // 2}], got {beam_width!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) \
-            or not math.isfinite(length_penalty):
-        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    check_int("beam_width", beam_width, 1, vocab // 2)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_real("length_penalty", length_penalty)
     if not (early_stopping is True or early_stopping is False or early_stopping == "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, int) \
-            or not 1 <= num_return_sequences <= beam_width:
-        raise ValueError(f"num_return_sequences must be an integer in [1, beam_width={beam_width}], "
-                         f"got {num_return_sequences!r}")
+    check_int("num_return_sequences", num_return_sequences, 1, beam_width, hint=" (at most beam_width)")
 
 
 @torch.no_grad()

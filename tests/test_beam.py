@@ -1,4 +1,4 @@
-"""labsupport.beam: cases C09 and C10, the tree it records, and equality with Hugging Face beam search."""
+"""labsupport.beam: length normalisation, width 1 = greedy, the tree it records, and equality with Hugging Face beam search."""
 
 import pytest
 import torch
@@ -10,27 +10,27 @@ from labsupport.sampling import GREEDY
 PROMPT = "Return the number of items in the list"
 
 
-# ----------------------------------------------------------------------------- C09
+# ----------------------------------------------------------------------------- length normalisation
 
 @pytest.mark.parametrize("alpha, winner, scores", [
     (0.0, 0, (-2.0, -3.0)),
     (1.0, 1, (-1.0, -0.75)),
     (2.0, 1, (-0.5, -0.1875)),
 ])
-def test_c09_length_penalty_picks_the_winner(alpha, winner, scores):
+def test_length_penalty_picks_the_winner(alpha, winner, scores):
     a, b = (-2.0, 2), (-3.0, 4)           # (Σ log p, new tokens)
     assert length_normalised_score(*a, alpha) == pytest.approx(scores[0])
     assert length_normalised_score(*b, alpha) == pytest.approx(scores[1])
     assert best_hypothesis([a, b], alpha) == winner
 
 
-def test_c09_negative_alpha_favours_short():
+def test_negative_alpha_favours_short():
     assert best_hypothesis([(-2.0, 2), (-3.0, 4)], -1.0) == 0
 
 
-# ----------------------------------------------------------------------------- C10
+# ----------------------------------------------------------------------------- width 1 is greedy
 
-def test_c10_width_one_is_greedy(tiny_lm):
+def test_width_one_is_greedy(tiny_lm):
     greedy = generate(tiny_lm, PROMPT, GREEDY, max_new_tokens=24)
     for alpha in (0.0, 1.0):
         beam = beam_search(tiny_lm, PROMPT, 1, max_new_tokens=24, length_penalty=alpha)
@@ -38,7 +38,7 @@ def test_c10_width_one_is_greedy(tiny_lm):
         assert beam.best.logprob == pytest.approx(greedy.logprob, abs=1e-4)
 
 
-def test_c10_width_one_stops_at_eos_like_greedy(tiny_lm):
+def test_width_one_stops_at_eos_like_greedy(tiny_lm):
     """Make a token greedy produces early the EOS: both must stop right there."""
     first = generate(tiny_lm, PROMPT, GREEDY, max_new_tokens=24).token_ids
     eos = first[2]
@@ -64,6 +64,7 @@ def _eos_choices(lm, prompt_ids):
     return [lm.eos_token_id, greedy[1], wide[2]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("B", [1, 2, 4])
 def test_equal_to_transformers_beam_search(tiny_lm, B):
     prompt_ids = tiny_lm.encode(PROMPT)
