@@ -40,8 +40,8 @@ lab: setup
 check: setup
 	$(PY) -m labsupport.check
 
-unit: setup
-	$(PY) -m pytest -q tests
+unit: setup              # the fast lane: everything but the tests marked slow
+	$(PY) -m pytest -q -m "not slow" tests
 
 nbval-copy: setup
 	rm -rf $(NBVAL_COPY)
