@@ -130,3 +130,25 @@ def check_answer(value: Any, *, name: str, expected: float | None = None, rel_to
     except Exception as err:  # noqa: BLE001
         why = f"not quite ({type(err).__name__}: {err})"
     return _report(False, True, f"{name} = {_short(value)}: {why}", quiet)
+
+
+def run_check(check: Callable[[Callable], int], fn: Callable, *, name: str | None = None, against: str = "the reference",
+              quiet: bool = False) -> ExerciseResult:
+    """Run a chapter's ``check(fn) -> number of cases`` (which asserts) and report instead of raising.
+
+    ``NotImplementedError`` from the stub → "not implemented yet"; an ``AssertionError`` → ✗ with its
+    message (the check's concrete case: arguments, what came back, what was expected); any other
+    exception → ✗ naming it; otherwise ✓ with the number of cases.
+    """
+    label = name or getattr(fn, "__name__", "your function")
+    try:
+        cases = check(fn)
+    except NotImplementedError:
+        return _report(False, False, f"{label} is not implemented yet — fill in the stub above and run this cell again",
+                       quiet)
+    except AssertionError as err:
+        detail = str(err) or "a case failed (the check gave no detail)"
+        return _report(False, True, f"{label} disagrees with {against}: {detail}", quiet)
+    except Exception as err:  # noqa: BLE001 - the student's code may raise anything; report it
+        return _report(False, True, f"{label} raised {type(err).__name__}: {err}", quiet)
+    return _report(True, True, f"{label} agrees with {against} on {cases} cases", quiet)

@@ -115,3 +115,23 @@ def test_panel_snapshot_shows_figures_readouts_and_skips_hidden_parts():
     assert "secret" not in html
     assert html.count("Plotly.newPlot") == 2                       # the figure widget and the Output's figure
     assert "application/vnd.jupyter.widget-view+json" in panel._repr_mimebundle_()   # still the live widget
+
+
+def test_run_check_reports_instead_of_raising():
+    from labsupport.exercises import run_check
+
+    def check(fn) -> int:
+        for x in range(3):
+            assert fn(x) == x * x, f"x = {x}: got {fn(x)}, expected {x * x}"
+        return 3
+
+    def stub(x):
+        raise NotImplementedError
+
+    assert not run_check(check, stub).done
+    r = run_check(check, lambda x: x + x, name="my_square", quiet=True)
+    assert not r and "x = 1: got 2, expected 1" in r.message      # x = 0 passes, x = 1 is the first failure
+    r = run_check(check, lambda x: x / 0, name="my_square", quiet=True)
+    assert not r and "ZeroDivisionError" in r.message
+    assert run_check(check, lambda x: x * x, name="my_square", quiet=True).message == \
+        "✓ my_square agrees with the reference on 3 cases"
