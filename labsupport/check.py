@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 PACKAGES = ["torch", "transformers", "tokenizers", "safetensors", "numpy", "ipywidgets",
-            "jupyterlab_widgets", "jupyterlab", "plotly", "anywidget", "tqdm"]
+            "jupyterlab_widgets", "jupyterlab", "plotly", "anywidget", "tqdm", "nbstripout"]
 
 
 def _version(dist: str) -> str | None:
@@ -56,10 +56,15 @@ def main(argv: list[str] | None = None) -> int:
 
     problems: list[str] = []
     report: dict = {"python": sys.version.split()[0], "platform": platform.platform(),
-                    "packages": {p: _version(p) for p in PACKAGES}}
+                    "interpreter": sys.executable, "packages": {p: _version(p) for p in PACKAGES}}
+    venv = Path(__file__).resolve().parent.parent / ".venv"
+    if venv.is_dir() and Path(sys.prefix).resolve() != venv.resolve():
+        problems.append(f"this is {sys.executable}, not the course's environment: run "
+                        f"`.venv/bin/python -m labsupport.check` (and `make lab`, which uses .venv)")
     for name, ver in report["packages"].items():
         if ver is None:
-            problems.append(f"package {name} is not installed (run `make lab` or `pip install -e .`)")
+            problems.append(f"package {name} is not installed (run `make lab`, or `.venv/bin/python -m labsupport.check` "
+                            "if you ran this with another Python)")
 
     import torch
 
