@@ -218,3 +218,8 @@ def allreduce_timing_worker(rank: int, world_size: int, sizes: list[int], repeat
             times.append(time.perf_counter() - t0)
         out[n] = sorted(times)[len(times) // 2]
     return out
+
+
+def all_to_all_probe(rank: int, world_size: int) -> bool:
+    """Task: :func:`all_to_all_available` on every rank (worker task ``labsupport.parallel.comm:all_to_all_probe``)."""
+    return all_to_all_available()

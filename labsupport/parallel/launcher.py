@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from ..validation import check_choice, check_int, check_real, check_type
+from ..validation import check_bool, check_choice, check_int, check_real, check_type
 
 
 class WorkerError(RuntimeError):
@@ -148,6 +148,8 @@ class WorkerGroup:
         timeout_s: limit of the start-up and of every collective inside the workers (seconds).
         rendezvous: ``"file"`` (a file store in a temporary folder, no socket) or ``"tcp"``.
         port: with ``"tcp"``: the port on 127.0.0.1 (``None`` = a free one).
+        wait: wait here until every worker has joined; ``False`` returns at once (the workers
+            import torch meanwhile) and the first :meth:`run` or :meth:`wait_ready` waits.
 
     Raises:
         TypeError / ValueError: bad arguments.
@@ -156,7 +158,7 @@ class WorkerGroup:
     """
 
     def __init__(self, world_size: int = 2, backend: str = "auto", timeout_s: float = 60.0,
-                 rendezvous: str = "file", port: int | None = None):
+                 rendezvous: str = "file", port: int | None = None, wait: bool = True):
         self.world_size = check_int("world_size", world_size, 1, 16)
         check_choice("backend", backend, ("auto", "gloo", "nccl"))
         self.timeout_s = check_real("timeout_s", timeout_s, 0, 3600, low_open=True)
@@ -185,13 +187,27 @@ class WorkerGroup:
                        for r in range(world_size)]
         self._next_job = 0
         self.closed = False
+        self.ready = False
+        check_bool("wait", wait)
         try:
             for p in self._procs:
                 p.start()
         except BaseException:
             self.close()
             raise
-        self._collect("ready", self.timeout_s + 30.0)      # + the imports of a cold start
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> WorkerGroup:
+        """Block until every worker has joined the process group (at most ``timeout_s`` + 30 s).
+
+        Raises:
+            WorkerError: a worker failed or did not join in time (the group is shut down).
+        """
+        if not self.ready:
+            self._collect("ready", self.timeout_s + 30.0)  # + the imports of a cold start
+            self.ready = True
+        return self
 
     # ------------------------------------------------------------------ running tasks
     def run(self, task: str, timeout_s: float = 120.0, **kwargs: Any) -> list[Any]:
@@ -206,6 +222,7 @@ class WorkerGroup:
             raise RuntimeError("this WorkerGroup is closed; start a new one")
         check_real("timeout_s", timeout_s, 0, 3600, low_open=True)
         resolve_task(task)                                 # fail here, not in the workers
+        self.wait_ready()
         self._next_job += 1
         for q in self._tasks:
             q.put((self._next_job, task, kwargs))
