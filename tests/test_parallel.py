@@ -255,8 +255,12 @@ def test_fit_link_recovers_latency_and_bandwidth():
     sizes = [1e3, 1e5, 1e6, 4e6]
     link = cm.fit_link(sizes, [cm.allreduce_time(n, 2, true) for n in sizes])
     assert link.bandwidth == pytest.approx(2e9) and link.latency_s == pytest.approx(50e-6)
+    noisy = cm.fit_link([1e3, 1e6], [2e-3, 1e-3])                    # shrinking times: coarse estimate
+    assert noisy.bandwidth == pytest.approx(1e6 / 1e-3) and noisy.latency_s == pytest.approx(0.5e-3)
     with pytest.raises(ValueError):
         cm.fit_link([1.0], [1.0])
+    with pytest.raises(ValueError):
+        cm.fit_link([1.0, 1.0], [1.0, 2.0])
 
 
 def test_figures_and_panels_build():

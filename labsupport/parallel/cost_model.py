@@ -170,17 +170,27 @@ def tp_layer_tradeoff(shape: kv.ModelShape, tp: int, batch: int = 1, link: Link 
 def fit_link(message_bytes: list[float], seconds: list[float], p: int = 2, name: str = "measured") -> Link:
     """A :class:`Link` from timed all-reduces: least squares of ``t = 2(p−1)·α + 2(p−1)/p · n / β``.
 
+    On a busy machine the timings may not grow with the size (a negative slope); then the
+    link is estimated coarsely instead: ``β`` from the largest message alone and ``α`` from the
+    fastest run.
+
     Raises:
-        ValueError: fewer than two sizes, or a fit with no positive bandwidth.
+        ValueError: fewer than two sizes, sizes and times of different lengths, or times not > 0.
     """
     if len(message_bytes) != len(seconds) or len(seconds) < 2:
         raise ValueError(f"need at least two (size, time) pairs, got {len(message_bytes)} and {len(seconds)}")
+    if min(seconds) <= 0 or min(message_bytes) < 0:
+        raise ValueError(f"seconds must be > 0 and sizes >= 0, got {seconds!r}, {message_bytes!r}")
     n = len(seconds)
     x = [ring_factor(p) * b for b in message_bytes]
     mx, my = sum(x) / n, sum(seconds) / n
-    slope = sum((a - mx) * (b - my) for a, b in zip(x, seconds)) / sum((a - mx) ** 2 for a in x)
-    if slope <= 0:
-        raise ValueError("the timings do not grow with the message size: no bandwidth can be fitted")
+    spread = sum((a - mx) ** 2 for a in x)
+    if spread == 0:
+        raise ValueError(f"message_bytes must hold at least two different sizes, got {message_bytes!r}")
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, seconds)) / spread
+    if slope <= 0:                                        # noisy timings: coarse estimate
+        big = max(range(n), key=x.__getitem__)
+        return Link(name, x[big] / seconds[big], min(seconds) / (2 * (p - 1)))
     intercept = max(0.0, my - slope * mx)
     return Link(name, 1.0 / slope, intercept / (2 * (p - 1)))
 
