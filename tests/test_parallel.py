@@ -18,13 +18,23 @@ from labsupport.models import load_model
 from labsupport.parallel import PortInUseError, WorkerError, WorkerGroup, ring_factor
 from labsupport.parallel import cost_model as cm
 from labsupport.parallel.comm import Comm
-from labsupport.parallel.expert import (ep_bytes_exact, hidden_states_for_moe, init_moe, load_imbalance,
-                                        moe_forward, route)
-from labsupport.parallel.pipeline import (bubble_fraction, bubble_unequal, bubbles_from_results, measured_bubble,
-                                          stage_layers)
+from labsupport.parallel.expert import (
+    ep_bytes_exact,
+    hidden_states_for_moe,
+    init_moe,
+    load_imbalance,
+    moe_forward,
+    route,
+)
+from labsupport.parallel.pipeline import (
+    bubble_fraction,
+    bubble_unequal,
+    bubbles_from_results,
+    measured_bubble,
+    stage_layers,
+)
 from labsupport.parallel.quiz import QUESTIONS, check_answers
-from labsupport.parallel.tensor import (reference_logits, shard_layer, summarise_tp, tp_generate,
-                                        weights_from_model)
+from labsupport.parallel.tensor import reference_logits, shard_layer, summarise_tp, tp_generate, weights_from_model
 
 RUN_S = 120
 PROMPT = "Return the number of items in the list"
@@ -84,7 +94,7 @@ def test_tp2_logits_and_greedy_tokens_equal_the_single_process_model(group, weig
     for r in results:
         assert (r["logits"] - hf).abs().max().item() < 1e-5
         assert r["tokens"] == single["tokens"]
-        b, heads, positions, d = r["kv_shape"]                       # each rank caches only its heads
+        _, heads, positions, d = r["kv_shape"]                       # each rank caches only its heads
         assert (heads, positions, d) == (weights.n_head // 2, len(ids) + 7, weights.head_dim)
     assert torch.equal(results[0]["logits"], results[1]["logits"])  # both ranks hold the same result
     assert results[0]["shard_bytes"] * 2 < sum(t.numel() * 4 for layer in weights.layers for t in layer.values()) * 1.01
@@ -243,7 +253,7 @@ def test_cost_model_on_an_h100_node():
     assert cm.decode_step(l70, 2, 4).pp_link == cm.NVLINK.name and cm.decode_step(l70, 8, 2).pp_link == cm.INFINIBAND.name
     saved, cost = cm.tp_layer_tradeoff(l70, 8, link=cm.NVLINK)
     assert saved > cost
-    saved_ib, cost_ib = cm.tp_layer_tradeoff(kv.preset("Llama 3 8B"), 8, link=cm.INFINIBAND)
+    _, cost_ib = cm.tp_layer_tradeoff(kv.preset("Llama 3 8B"), 8, link=cm.INFINIBAND)
     assert cost_ib > cost
     assert cm.allreduce_time(1e6, 1, cm.NVLINK) == 0.0
     with pytest.raises(ValueError):

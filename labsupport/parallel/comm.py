@@ -27,6 +27,20 @@ from ..validation import check_choice, check_int
 ALLREDUCE_KINDS = ("ring", "torch")
 
 
+def worker_device() -> torch.device:
+    """Where a task's tensors live: the rank's GPU when the process group runs nccl, else the CPU."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":                               # GPU work is asynchronous: wait before timing
+        torch.cuda.synchronize(device)
+
+
 def ring_factor(world_size: int) -> float:
     """Elements each rank sends per element reduced by a ring all-reduce: ``2(p − 1)/p``.
 
@@ -58,6 +72,7 @@ class Comm:
         self.world_size = check_int("world_size", world_size, 1)
         self.rank = check_int("rank", rank, 0, self.world_size - 1)
         self.allreduce = check_choice("allreduce", allreduce, ALLREDUCE_KINDS)
+        self.device = worker_device() if self.world_size > 1 else torch.device("cpu")
         self.reset()
 
     def reset(self) -> None:
@@ -73,6 +88,7 @@ class Comm:
             return x
         import torch.distributed as dist
 
+        _sync(self.device)
         t0 = time.perf_counter()
         x = x.contiguous()
         if self.allreduce == "torch":
@@ -80,6 +96,7 @@ class Comm:
             self.bytes_sent += round(x.numel() * x.element_size() * ring_factor(self.world_size))
         else:
             self._ring_all_reduce(x)
+        _sync(self.device)
         self.ops += 1
         self.seconds += time.perf_counter() - t0
         return x
@@ -124,7 +141,7 @@ class Comm:
         import torch.distributed as dist
 
         t0 = time.perf_counter()
-        into = torch.empty(shape, dtype=dtype)
+        into = torch.empty(shape, dtype=dtype, device=self.device)
         dist.recv(into, src)
         self.ops += 1
         self.seconds += time.perf_counter() - t0
@@ -152,8 +169,8 @@ class Comm:
         t0 = time.perf_counter()
         chunks = [c.contiguous() for c in chunks]
         row_shape, dtype = tuple(chunks[0].shape[1:]), chunks[0].dtype
-        counts_out = torch.tensor([c.shape[0] for c in chunks], dtype=torch.int64)
-        counts_in = torch.empty(p, dtype=torch.int64)
+        counts_out = torch.tensor([c.shape[0] for c in chunks], dtype=torch.int64, device=self.device)
+        counts_in = torch.empty(p, dtype=torch.int64, device=self.device)
         if use_collective:
             dist.all_to_all_single(counts_in, counts_out)
         else:
@@ -165,12 +182,12 @@ class Comm:
             for q in requests:
                 q.wait()
         if use_collective:                                  # one flat buffer, split sizes per rank
-            into = torch.empty((int(counts_in.sum()), *row_shape), dtype=dtype)
+            into = torch.empty((int(counts_in.sum()), *row_shape), dtype=dtype, device=self.device)
             dist.all_to_all_single(into, torch.cat(chunks), output_split_sizes=counts_in.tolist(),
                                    input_split_sizes=counts_out.tolist())
             received = list(into.split(counts_in.tolist()))
         else:
-            received = [torch.empty((int(n), *row_shape), dtype=dtype) for n in counts_in]
+            received = [torch.empty((int(n), *row_shape), dtype=dtype, device=self.device) for n in counts_in]
             requests = [dist.isend(chunks[d], d) for d in range(p) if d != r and chunks[d].numel()]
             for s in range(p):
                 if s != r and received[s].numel():
@@ -191,10 +208,10 @@ def all_to_all_available() -> bool:
     """
     import torch.distributed as dist
 
-    p = dist.get_world_size()
+    p, device = dist.get_world_size(), worker_device()
     try:
-        out = torch.empty(p)
-        dist.all_to_all_single(out, torch.zeros(p))
+        out = torch.empty(p, device=device)
+        dist.all_to_all_single(out, torch.zeros(p, device=device))
         return True
     except (RuntimeError, NotImplementedError, ValueError):
         return False
@@ -208,7 +225,7 @@ def allreduce_timing_worker(rank: int, world_size: int, sizes: list[int], repeat
     comm = Comm(rank, world_size, allreduce)
     out = {}
     for n in sizes:
-        x = torch.ones(n)
+        x = torch.ones(n, device=comm.device)
         comm.all_reduce(x.clone())                       # warm-up
         times = []
         for _ in range(repeats):

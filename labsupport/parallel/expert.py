@@ -38,6 +38,11 @@ class MoEWeights:
     experts: list[dict[str, torch.Tensor]]
     top_k: int
 
+    def to(self, device: torch.device) -> MoEWeights:
+        """The same weights on ``device``."""
+        return MoEWeights(self.router.to(device), [{k: v.to(device) for k, v in e.items()} for e in self.experts],
+                          self.top_k)
+
     @property
     def num_experts(self) -> int:
         return len(self.experts)
@@ -121,11 +126,12 @@ def ep_forward(rank: int, world_size: int, moe: MoEWeights, tokens: torch.Tensor
     if use_collective is None:
         use_collective = world_size == 1 or all_to_all_available()
     comm = Comm(rank, world_size)
+    moe = moe.to(comm.device)
     t0 = time.perf_counter()
-    x = tokens.tensor_split(world_size)[rank]                          # (N_r, E): my tokens
+    x = tokens.tensor_split(world_size)[rank].to(comm.device)          # (N_r, E): my tokens
     experts, gates = route(x, moe)                                     # (N_r, k) each
     flat_expert = experts.reshape(-1)                                  # one row per token copy
-    flat_token = torch.arange(len(x)).repeat_interleave(moe.top_k)
+    flat_token = torch.arange(len(x), device=x.device).repeat_interleave(moe.top_k)
     dest = expert_owner(flat_expert, n, world_size)
     order = torch.argsort(dest * n + flat_expert, stable=True)         # group copies by rank, then expert
     flat_expert, flat_token, dest = flat_expert[order], flat_token[order], dest[order]
@@ -147,7 +153,7 @@ def ep_forward(rank: int, world_size: int, moe: MoEWeights, tokens: torch.Tensor
     back = torch.cat(results_back)                                     # rows in the order they were sent
     gate = gates.reshape(-1)[order]
     y.index_add_(0, flat_token, gate[:, None] * back)
-    return {"rank": rank, "output": y, "bytes_sent": comm.bytes_sent, "dispatch_bytes": payload,
+    return {"rank": rank, "output": y.cpu(), "bytes_sent": comm.bytes_sent, "dispatch_bytes": payload,
             "remote_copies": sum(c for d, c in enumerate(counts) if d != rank),
             "local_copies": counts[rank], "tokens": len(x),
             "expert_load": torch.bincount(experts.reshape(-1), minlength=n).tolist(),

@@ -6,7 +6,7 @@ A :class:`WorkerGroup` starts ``world_size`` processes (``torch.multiprocessing`
 the start-up once and then runs many tasks::
 
     with WorkerGroup(world_size=2) as group:
-        results = group.run("labsupport.parallel.tensor:tp_generate_worker", weights=w, ...)
+        results = group.run("labsupport.parallel.tensor:tp_generate", weights=w, prompt_ids=ids, max_new_tokens=8)
         # results[r] is what rank r returned
 
 A *task* is a function that lives in a module of the package (a notebook cannot hand a
@@ -21,6 +21,8 @@ Everything is local and bounded in time:
   interface of the machine, so use it on a trusted machine only); a ``port`` that is taken
   raises :class:`PortInUseError` before anything starts;
 * gloo opens its connections on the loopback interface only (``GLOO_SOCKET_IFNAME``);
+* with nccl each rank uses GPU ``rank`` and the tasks move their tensors there
+  (:func:`labsupport.parallel.comm.worker_device`); results come back on the CPU;
 * every collective has the group's ``timeout_s``; every :meth:`WorkerGroup.run` waits at most
   its ``timeout_s``; a worker that raises or dies, or a run that overruns, stops the whole
   group (its processes are terminated, then killed) and raises :class:`WorkerError`.
@@ -134,7 +136,7 @@ def _worker_main(rank: int, world_size: int, init_method: str, backend: str, tim
     finally:
         try:
             dist.destroy_process_group()
-        except Exception:                                  # noqa: BLE001 - best effort at exit
+        except Exception:                                  # noqa: BLE001, S110 - best effort at exit
             pass
 
 
@@ -238,7 +240,7 @@ class WorkerGroup:
                 dead = [(r, p.exitcode) for r, p in enumerate(self._procs) if not p.is_alive()]
                 if dead:
                     self.close()
-                    raise WorkerError(f"worker(s) died: " + ", ".join(f"rank {r} exit code {c}" for r, c in dead))
+                    raise WorkerError("worker(s) died: " + ", ".join(f"rank {r} exit code {c}" for r, c in dead))
                 if time.monotonic() > deadline:
                     self.close()
                     raise WorkerError(f"workers did not answer within {timeout_s:.0f} s "
@@ -294,7 +296,7 @@ class WorkerGroup:
         """True while the group is open and every worker runs."""
         return not self.closed and all(p.is_alive() for p in self._procs)
 
-    def __enter__(self) -> WorkerGroup:
+    def __enter__(self) -> WorkerGroup:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc) -> None:
@@ -303,7 +305,7 @@ class WorkerGroup:
     def __del__(self):                                     # a forgotten group does not leave processes behind
         try:
             self.close(grace_s=1.0)
-        except Exception:                                  # noqa: BLE001
+        except Exception:                                  # noqa: BLE001, S110 - never raise from __del__
             pass
 
     def __repr__(self) -> str:

@@ -99,7 +99,7 @@ class PipelineStage:
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` token ids → ``(B, T, E)`` (stage 0 only)."""
-        return self.w.wte[ids] + self.w.wpe[torch.arange(ids.shape[1])]
+        return self.w.wte[ids] + self.w.wpe[torch.arange(ids.shape[1], device=ids.device)]
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,8 +137,9 @@ def pp_forward(rank: int, world_size: int, weights: GPT2Weights, batch_ids: torc
     b, t = batch_ids.shape
     if b % microbatches:
         raise ValueError(f"microbatches must divide the batch size {b}, got {microbatches}")
-    stage = PipelineStage(weights, rank, world_size)
     comm = Comm(rank, world_size)
+    stage = PipelineStage(weights.to(comm.device), rank, world_size)
+    batch_ids = batch_ids.to(comm.device)
     shape = (b // microbatches, t, weights.d_model)
     runs, logits = [], None
     for run in range(repeats + 1):                        # run 0 is a warm-up
@@ -149,6 +150,8 @@ def pp_forward(rank: int, world_size: int, weights: GPT2Weights, batch_ids: torc
             x = stage.embed(mb) if stage.first else comm.recv(shape, rank - 1)
             t0 = time.perf_counter()
             y = stage.forward(x)
+            if y.is_cuda:
+                torch.cuda.synchronize(y.device)          # GPU work is asynchronous: finish before timing
             busy.append((t0, time.perf_counter()))
             if stage.last:
                 outs.append(y)
@@ -158,7 +161,7 @@ def pp_forward(rank: int, world_size: int, weights: GPT2Weights, batch_ids: torc
             request.wait()
         if run:
             runs.append(busy)
-        logits = torch.cat(outs) if stage.last else None
+        logits = torch.cat(outs).cpu() if stage.last else None
     return {"rank": rank, "events": runs, "logits": logits, "bytes_sent": comm.bytes_sent,
             "layers": list(stage_layers(weights.n_layer, world_size)[rank]), "microbatches": microbatches}
 

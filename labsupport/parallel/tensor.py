@@ -52,6 +52,15 @@ class GPT2Weights:
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
+    def to(self, device: torch.device) -> GPT2Weights:
+        """The same weights on ``device`` (itself when they are already there)."""
+        if self.wte.device == torch.device(device):
+            return self
+        move = lambda t: t.to(device)
+        return GPT2Weights(self.n_layer, self.n_head, self.d_model, self.eps, move(self.wte), move(self.wpe),
+                           move(self.ln_f_w), move(self.ln_f_b),
+                           [{k: move(v) for k, v in layer.items()} for layer in self.layers])
+
 
 _NAMES = {"ln_1_w": "ln_1.weight", "ln_1_b": "ln_1.bias", "attn_w": "attn.c_attn.weight",
           "attn_b": "attn.c_attn.bias", "proj_w": "attn.c_proj.weight", "proj_b": "attn.c_proj.bias",
@@ -100,6 +109,7 @@ def shard_layer(layer: dict[str, torch.Tensor], n_head: int, rank: int, world_si
     d = e // n_head
     h0, h1 = head_range(n_head, rank, world_size)
     cols = torch.cat([torch.arange(part * e + h0 * d, part * e + h1 * d) for part in range(3)])   # q, k, v
+    cols = cols.to(layer["attn_w"].device)
     f = layer["fc_w"].shape[1] // world_size
     shard = dict(layer)
     shard["attn_w"], shard["attn_b"] = layer["attn_w"][:, cols].contiguous(), layer["attn_b"][cols].contiguous()
@@ -117,7 +127,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> t
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if t == 1:
         return F.scaled_dot_product_attention(q, k, v)
-    allowed = torch.arange(past + t)[None, :] <= (past + torch.arange(t))[:, None]          # (T, past + T)
+    pos = torch.arange(past + t, device=q.device)
+    allowed = pos[None, :] <= (past + pos[:t])[:, None]                                     # (T, past + T)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
 
@@ -155,10 +166,10 @@ class TPModel:
     """
 
     def __init__(self, weights: GPT2Weights, comm: Comm):
-        self.comm, self.w = comm, weights
+        self.comm, self.w = comm, weights.to(comm.device)
         head_range(weights.n_head, comm.rank, comm.world_size)               # validates the split
         self.n_local_heads = weights.n_head // comm.world_size
-        self.layers = [shard_layer(layer, weights.n_head, comm.rank, comm.world_size) for layer in weights.layers]
+        self.layers = [shard_layer(layer, weights.n_head, comm.rank, comm.world_size) for layer in self.w.layers]
         self.caches: list[list] = [[] for _ in self.layers]
 
     def shard_bytes(self) -> int:
@@ -173,7 +184,7 @@ class TPModel:
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """New tokens ``ids`` ``(B, T)`` → logits ``(B, T, V)``, extending every layer's KV cache."""
         past = self.caches[0][0].shape[2] if self.caches[0] else 0
-        positions = torch.arange(past, past + ids.shape[1])
+        positions = torch.arange(past, past + ids.shape[1], device=ids.device)
         x = self.w.wte[ids] + self.w.wpe[positions]
         for layer, cache in zip(self.layers, self.caches):
             x = tp_block(x, layer, cache, self.comm, self.n_local_heads, self.w.eps)
@@ -199,19 +210,18 @@ def tp_generate(rank: int, world_size: int, weights: GPT2Weights, prompt_ids: li
         raise ValueError("prompt_ids must hold at least one token, got an empty list")
     comm = Comm(rank, world_size, allreduce)
     model = TPModel(weights, comm)
-    ids = torch.tensor([prompt_ids])
+    device = comm.device
+    ids = torch.tensor([prompt_ids], device=device)
     records, all_logits, tokens = [], [], []
-    for step in range(max_new_tokens):
+    for _ in range(max_new_tokens):
         comm.reset()
         t0 = time.perf_counter()
-        logits = model.forward(ids)[0]                                   # (T, V)
+        logits = model.forward(ids)[0].cpu()                             # (T, V); .cpu() waits for a GPU
         records.append({"tokens": ids.shape[1], "step_s": time.perf_counter() - t0, "comm_s": comm.seconds,
                         "bytes": comm.bytes_sent, "allreduces": comm.ops})
         all_logits.append(logits)
         tokens.append(int(logits[-1].argmax()))
-        ids = torch.tensor([[tokens[-1]]])
-        if step == max_new_tokens - 1:
-            break
+        ids = torch.tensor([[tokens[-1]]], device=device)
     return {"rank": rank, "world_size": world_size, "tokens": tokens, "logits": torch.cat(all_logits),
             "prefill": records[0], "steps": records[1:], "kv_shape": model.kv_shapes()[0],
             "shard_bytes": model.shard_bytes(), "allreduce": allreduce}
