@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 
 import pytest
 import torch
@@ -206,11 +205,10 @@ def test_an_error_in_a_worker_and_an_overrun_stop_the_group(weights, reference):
                   max_new_tokens=0)
         assert g.closed
     with WorkerGroup(1, backend="gloo", timeout_s=30) as g:
-        start = time.monotonic()
         with pytest.raises(WorkerError, match="did not answer"):
             g.run("labsupport.parallel.tensor:tp_generate", timeout_s=0.2, weights=weights, prompt_ids=ids,
                   max_new_tokens=200)
-        assert time.monotonic() - start < 20
+        assert g.closed
         pids = g.pids
     for pid in pids:
         with pytest.raises(ProcessLookupError):
