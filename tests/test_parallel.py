@@ -199,7 +199,8 @@ def test_a_worker_that_dies_is_reported_and_the_group_cleaned_up(weights, refere
 
 def test_an_error_in_a_worker_and_an_overrun_stop_the_group(weights, reference):
     ids = reference[0]
-    with WorkerGroup(1, backend="gloo", timeout_s=30) as g:
+    with WorkerGroup(1, backend="gloo", timeout_s=30, rendezvous="tcp") as g:      # TCP store on a free port
+        assert g.port is not None
         with pytest.raises(WorkerError, match="max_new_tokens"):
             g.run("labsupport.parallel.tensor:tp_generate", timeout_s=30, weights=weights, prompt_ids=ids,
                   max_new_tokens=0)
