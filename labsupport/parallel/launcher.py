@@ -138,6 +138,9 @@ def _worker_main(rank: int, world_size: int, init_method: str, backend: str, tim
             dist.destroy_process_group()
         except Exception:                                  # noqa: BLE001, S110 - best effort at exit
             pass
+    results.close()
+    results.join_thread()                                  # every message has reached the pipe
+    os._exit(0)                                            # skip seconds of interpreter teardown (torch)
 
 
 class WorkerGroup:
