@@ -51,7 +51,7 @@ def weights(lm):
 
 @pytest.fixture(scope="module")
 def group():
-    with WorkerGroup(2, backend="gloo", timeout_s=60) as g:
+    with WorkerGroup(2, backend="gloo", timeout_s=60, wait=False) as g:    # joins on the first run
         yield g
 
 
