@@ -1,6 +1,7 @@
 """Tensor, pipeline and expert parallelism on real 2-process gloo groups (loopback, bounded in time).
 
-One group of two workers is started for the module and reused; each run has a time limit.
+One group of two workers is started for the module and reused; each run has a time limit. Tests that
+start processes (or compare with the Hugging Face model) are marked slow: `make unit` skips them.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def reference(lm, weights):
 
 # ----------------------------------------------------------------------------- tensor parallelism
 
+@pytest.mark.slow                   # equality with the Hugging Face model
 def test_tp_world_size_one_is_the_hugging_face_model(reference):
     _, single, hf = reference
     assert (single["logits"] - hf).abs().max().item() < 1e-5
@@ -85,6 +87,7 @@ def test_shards_put_back_together_are_the_layer(weights):
     assert parts[0]["attn_w"].shape == (e, 3 * e // 2) and parts[1]["proj_w"].shape == (h // 2 * d, e)
 
 
+@pytest.mark.slow                   # starts worker processes
 @pytest.mark.parametrize("allreduce", ["ring", "torch"])
 def test_tp2_logits_and_greedy_tokens_equal_the_single_process_model(group, weights, reference, allreduce):
     ids, single, hf = reference
@@ -99,6 +102,7 @@ def test_tp2_logits_and_greedy_tokens_equal_the_single_process_model(group, weig
     assert results[0]["shard_bytes"] * 2 < sum(t.numel() * 4 for layer in weights.layers for t in layer.values()) * 1.01
 
 
+@pytest.mark.slow                   # starts worker processes
 def test_tp2_traffic_counter_equals_the_formula(group, weights, reference):
     ids, _, _ = reference
     results = group.run("labsupport.parallel.tensor:tp_generate", timeout_s=RUN_S, weights=weights,
@@ -122,6 +126,7 @@ def test_ring_factor():
 
 # ----------------------------------------------------------------------------- pipeline parallelism
 
+@pytest.mark.slow                   # starts worker processes
 def test_pp_outputs_equal_the_reference_and_count_boundary_bytes(group, lm, weights):
     ids = lm.encode(PROMPT * 3)[:16]
     batch = torch.tensor([ids] * 4)
@@ -153,6 +158,7 @@ def test_bubble_formulas():
 
 # ----------------------------------------------------------------------------- expert parallelism
 
+@pytest.mark.slow                   # starts worker processes
 @pytest.mark.parametrize("collective", [True, False])
 def test_ep_output_equals_the_single_process_moe_and_bytes_follow_routing(group, lm, collective):
     moe = init_moe(lm.model.config.n_embd, num_experts=4, top_k=2, seed=0)
@@ -184,6 +190,7 @@ def test_moe_gates_sum_to_one_and_formula():
 
 # ----------------------------------------------------------------------------- the launcher
 
+@pytest.mark.slow                   # starts worker processes
 def test_a_worker_that_dies_is_reported_and_the_group_cleaned_up(weights, reference):
     ids = reference[0]
     g = WorkerGroup(1, backend="gloo", timeout_s=30)
@@ -197,6 +204,7 @@ def test_a_worker_that_dies_is_reported_and_the_group_cleaned_up(weights, refere
         g.run("labsupport.parallel.tensor:tp_generate", weights=weights, prompt_ids=ids, max_new_tokens=2)
 
 
+@pytest.mark.slow                   # starts worker processes
 def test_an_error_in_a_worker_and_an_overrun_stop_the_group(weights, reference):
     ids = reference[0]
     with WorkerGroup(1, backend="gloo", timeout_s=30, rendezvous="tcp") as g:      # TCP store on a free port
@@ -230,6 +238,7 @@ def test_a_taken_port_is_a_clear_error_and_bad_arguments_raise():
         WorkerGroup(2.0)
 
 
+@pytest.mark.slow                   # starts worker processes
 def test_tasks_must_name_a_package_function(group):
     with pytest.raises(ValueError, match="module:function"):
         group.run("tp_generate")
