@@ -89,9 +89,9 @@ class LLMEngine:
         self.scheduler = Scheduler(SchedulerConfig(cfg.max_num_seqs, budget, cfg.preemption_mode,
                                                    cfg.enable_chunked_prefill, cfg.max_prefill_chunk),
                                    self.block_manager)
-        self.eos_token_ids = eos_ids_of(getattr(model.config, "eos_token_id", None),
-                                        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                                        getattr(self.tokenizer, "eos_token_id", None))
+        self.eos_token_ids = (lm.eos_token_ids if hasattr(lm, "eos_token_ids") else
+                              eos_ids_of(getattr(model.config, "eos_token_id", None),
+                                         getattr(getattr(model, "generation_config", None), "eos_token_id", None)))
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
         self.requests: dict[str, _Request] = {}
         self.history: list[EngineSnapshot] = []
@@ -284,7 +284,8 @@ class LLMEngine:
         self.scheduler.on_step_done(out)
         now = self.config.clock()
         rows = self._rows_to_sample(out, now)                                  # 4. sample
-        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids) for i, r in rows])
+        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
+                                       r.stop_rule.end_ids) for i, r in rows])
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
             self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions
