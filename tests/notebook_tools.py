@@ -58,6 +58,9 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The committed form of a chapter: a fixed point of nbstripout's git filter."""
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.metadata.setdefault("language_info", {"name": "python"})
+    if (nb.nbformat, nb.nbformat_minor) >= (4, 5):
+        for i, cell in enumerate(nb.cells):       # every cell an id (nbstripout numbers them the same way)
+            cell["id"] = str(i)
     for cell in nb.cells:
         cell.metadata.setdefault("slideshow", {"slide_type": "-"})
         if cell.cell_type != "code":
