@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("sphinx_revealjs")
 pytest.importorskip("jupyter_server_mathjax")
 
-from labsupport.slides import export, install_vendor  # noqa: E402
+from labsupport.slides import export, install_vendor
 
 
 def _deck_source(tmp_path):
