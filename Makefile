@@ -15,7 +15,7 @@ ALLOW_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # so outputs you saved while working never fail `make test` (tests/notebook_tools.py --test-copy).
 NBVAL_COPY  := build/nbval
 
-.PHONY: setup git-filter lab test unit nbval nbval-copy slides check bench clean
+.PHONY: setup git-filter update lab test unit nbval nbval-copy slides check bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ git-filter: $(STAMP)
 		$(VENV)/bin/nbstripout --install --attributes .gitattributes; fi
 
 setup: $(STAMP) git-filter
+
+# The course's latest version. Saved outputs are no change for git (the filter above), but git only
+# sees that once `git add` has refreshed its view of the chapters (a filtered file's size differs
+# from the committed one); after that `git pull` goes through. Edits of your own still stop it.
+update: git-filter
+	git add -u chapters/
+	git pull --ff-only
 
 lab: setup
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) chapters/

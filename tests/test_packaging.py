@@ -151,6 +151,8 @@ def test_setup_installs_the_output_filter_and_lab_runs_as_root():
     attrs = (ROOT / ".gitattributes").read_text()
     assert "*.ipynb filter=nbstripout" in attrs and "*.ipynb diff=ipynb" in attrs
     assert "nbstripout" in _pyproject() and "nbstripout" in _conda()
+    update = makefile[makefile.index("\nupdate:"):].split("\n\n")[0]   # git add -u refreshes git's view, then pull
+    assert update.index("git add -u chapters/") < update.index("git pull --ff-only")
     assert '[ "$$(id -u)" = 0 ] && echo --allow-root' in makefile
     lab = re.search(r"^lab: .*\n\t(.*)$", makefile, re.MULTILINE).group(1)
     assert "$(ALLOW_ROOT)" in lab and "$(LAB_ARGS)" in lab
@@ -214,5 +216,41 @@ def test_git_filter_keeps_student_outputs_out_of_commits(tmp_path):
     assert student["outputs"] == [] and student["execution_count"] is None
     assert "widgets" not in committed["metadata"]
     assert json.loads(path.read_text())["cells"][1]["outputs"], "the working file keeps the student's outputs"
-    status = subprocess.run(git + ["status", "--porcelain"], check=True, capture_output=True, text=True).stdout
-    assert status == "", f"saved outputs show up as changes: {status!r}"
+    diff = subprocess.run(git + ["diff", "--stat"], check=True, capture_output=True, text=True).stdout
+    assert diff == "", f"saved outputs show up as a change: {diff!r}"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_pull_goes_through_after_saving_outputs(tmp_path):
+    """`make update`'s two steps: with outputs saved in a chapter, `git add -u` leaves nothing staged
+    and `git pull --ff-only` brings in an upstream edit of that chapter."""
+    up, student = tmp_path / "up", tmp_path / "student"
+    git = ["-c", "user.email=t@example.org", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(up)], check=True)
+    subprocess.run([sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+                   cwd=up, check=True)                                     # the course commits stripped chapters
+    path = _make_notebook(up)
+    subprocess.run(["git", "-C", str(up), *git, "add", "."], check=True)
+    subprocess.run(["git", "-C", str(up), *git, "commit", "-qm", "start"], check=True)
+    subprocess.run(["git", "clone", "-q", str(up), str(student)], check=True)
+    subprocess.run([sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+                   cwd=student, check=True)
+    import nbformat
+
+    mine = student / "chapters" / "99_demo.ipynb"
+    nb = nbformat.read(mine, as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="saved by the student\n" * 50)]
+    nb.cells[1].execution_count = 7
+    nbformat.write(nb, mine)
+    theirs = nbformat.read(path, as_version=4)
+    theirs.cells.append(nbformat.v4.new_markdown_cell("upstream edit"))
+    nbformat.write(theirs, path)
+    subprocess.run(["git", "-C", str(up), *git, "commit", "-qam", "upstream"], check=True)
+    subprocess.run(["git", "-C", str(student), *git, "add", "-u", "chapters/"], check=True)
+    staged = subprocess.run(["git", "-C", str(student), "diff", "--cached", "--stat"], check=True,
+                            capture_output=True, text=True).stdout
+    assert staged == "", f"saved outputs were staged as a change: {staged!r}"
+    done = subprocess.run(["git", "-C", str(student), *git, "pull", "-q", "--ff-only"], check=False,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "upstream edit" in mine.read_text()
