@@ -104,6 +104,8 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
     c.SlidesExporter.reveal_height = "800"
     c.SlidesExporter.mathjax_url = f"vendor/mathjax/MathJax.js?config={MATHJAX_CONFIG}"
     c.NbConvertBase.display_data_priority = DISPLAY_PRIORITY
+    c.TagRemovePreprocessor.enabled = True                  # a quiz shows its panel, not the code with the answers
+    c.TagRemovePreprocessor.remove_input_tags = {"quiz"}
     nb = nbformat.read(notebook, as_version=4)
     if execute:
         os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only

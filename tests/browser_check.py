@@ -166,11 +166,14 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
 def check_deck(page, out: Path, max_slides: int = 150) -> dict:
     """Present the open notebook with jupyterlab-slideshow; on each slide with a panel move a slider.
 
-    Advances with the space bar (jupyterlab-slideshow: next subslide, else next slide) until
-    the deck stops moving or ``max_slides`` steps.
+    Starts at the title cell and advances with the deck's on-screen remote (next subslide or
+    fragment, else next slide) until both are disabled (the end) or ``max_slides`` steps.
     """
     report = {"deck_steps": 0, "deck_panels": 0, "deck_no_redraw": [], "deck_text_widgets": 0}
-    page.keyboard.press("Escape")
+    page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTo(0, 0)")
+    time.sleep(1)
+    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt, .jp-Cell-inputCollapser").first.click()
+    page.keyboard.press("Escape")                   # the deck starts at the active cell: the title
     page.click("[data-command='deck:toggle']")
     time.sleep(3)
     seen: set[int] = set()
@@ -195,11 +198,14 @@ def check_deck(page, out: Path, max_slides: int = 150) -> dict:
                 report["deck_no_redraw"].append(f"deck step {k} (cell {cell})")
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
         report["deck_steps"] = k + 1
-        shot = page.screenshot()
-        page.keyboard.press("Space")
+        for direction in ("down", "forward"):      # the on-screen remote: subslide/fragment first, then next slide
+            button = page.locator(f".jp-deck-mod-direction-{direction}").first
+            if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
+                button.click()
+                break
+        else:
+            break                                   # both disabled: the last slide
         time.sleep(1.0)
-        if page.screenshot() == shot:            # the deck did not move: its end
-            break
     page.screenshot(path=str(out / "deck_last.png"))
     return report
 
@@ -217,9 +223,9 @@ def check_offline(browser, html: Path, out: Path) -> dict:
     time.sleep(4)
     total = page.evaluate("() => Reveal.getTotalSlides()")
     report = {"deck": str(html), "slides": total, "advanced": 0, "math": 0, "plots": 0, "snapshots": 0,
-              "text_widgets": 0}
+              "text_widgets": 0, "reached_end": False}
     last = None
-    for k in range(total):
+    for k in range(3 * total + 10):              # fragments take steps too; stop after the last slide
         page.screenshot(path=str(out / f"offline_{html.stem.split('.')[0]}_{k:02d}.png"))
         slide = page.locator("section.present").last
         report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
@@ -228,7 +234,10 @@ def check_offline(browser, html: Path, out: Path) -> dict:
         report["text_widgets"] += slide.get_by_text(re.compile(r"^(VBox|HBox|FigureWidget)\(")).count()
         now = json.dumps(page.evaluate("() => Reveal.getIndices()"))
         report["advanced"] += now != last
-        last = now
+        last, now = now, None
+        if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next"):
+            report["reached_end"] = True
+            break
         page.keyboard.press("Space")              # reveal.js "next": slides and their subslides in order
         time.sleep(0.8)
     report["remote_requests"] = [u for u in requests if not u.startswith(("file://", "data:", "about:"))]
@@ -261,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             reports = [check_offline(browser, Path(h), args.out) for h in args.notebooks]
             browser.close()
         print(json.dumps({"offline_reports": reports}, indent=2))
-        bad = any(r["remote_requests"] or r["console_errors"] or r["text_widgets"] or r["advanced"] < r["slides"]
+        bad = any(r["remote_requests"] or r["console_errors"] or r["text_widgets"] or not r["reached_end"]
                   for r in reports)
         return 1 if bad else 0
 

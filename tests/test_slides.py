@@ -27,7 +27,9 @@ def _deck_source(tmp_path):
     panel.outputs = [nbformat.v4.new_output("execute_result", execution_count=1, data={
         "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
         "text/html": "<div class='labsupport-panel-snapshot'>T = <b>1.00</b></div>", "text/plain": "VBox(...)"})]
-    nb.cells = [title, fig, panel]
+    quiz = nbformat.v4.new_code_cell("quiz = Quiz([Numeric('2+2?', answer=4.0, explanation='four')])")
+    quiz.metadata["tags"] = ["quiz"]
+    nb.cells = [title, fig, panel, quiz]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = tmp_path / "demo.ipynb"
     nbformat.write(nb, path)
@@ -48,6 +50,7 @@ def test_export_is_offline_and_keeps_figures_and_snapshots(tmp_path):
     assert "labsupport-panel-snapshot" in html and "T = <b>1.00</b>" in html  # the panel, as its snapshot
     assert "VBox(...)" not in html                                           # never the widget's repr
     assert "require(" not in html and "jquery" not in html.lower()
+    assert "answer=4.0" not in html                                          # a quiz's code (answers) is not shown
 
 
 def test_vendor_install_is_idempotent(tmp_path):
