@@ -23,7 +23,7 @@ def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
     if torch.isnan(p).any():
         raise ValueError("probs must not contain NaN")
     terms = torch.where(p > 0, p * torch.log2(p.clamp_min(torch.finfo(torch.float32).tiny)), torch.zeros_like(p))
-    return -terms.sum(dim=-1)
+    return 0.0 - terms.sum(dim=-1)        # not -sum: a one-hot p would give -0.0 ("−0.00 bits")
 
 
 def perplexity(probs: torch.Tensor) -> torch.Tensor:
