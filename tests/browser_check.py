@@ -70,6 +70,10 @@ def start_lab(port: int, root_dir: Path) -> subprocess.Popen:
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
            f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", f"--LabApp.user_settings_dir={root_dir / '.user-settings'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(root_dir / ".workspaces")}
+    # every cell rendered, not only those near the viewport: a deck shows cells far down the notebook
+    tracker = root_dir / ".user-settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
     log = open(f"/tmp/browser_check_lab_{port}.log", "w")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root_dir, start_new_session=True,
                             env=env)
@@ -96,7 +100,7 @@ def wait_idle(page, timeout_s: float) -> bool:
     return False
 
 
-def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> dict:
+def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip_panels: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "sliders": 0, "buttons": 0}
     page.goto(f"http://127.0.0.1:{port}/lab/tree/{nb}", wait_until="domcontentloaded")
@@ -119,7 +123,7 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
         if "Traceback" in text or "Error:" in text and cell.query_selector("[data-mime-type*='stderr']"):
             report["tracebacks"].append({"cell": i, "text": text[-800:]})
         has_panel = cell.query_selector(".widget-slider, .js-plotly-plot, .jupyter-widgets, .widget-button")
-        if not has_panel:
+        if not has_panel or skip_panels:
             continue
         try:
             cell.scroll_into_view_if_needed(timeout=5000)
@@ -198,6 +202,7 @@ def check_deck(page, out: Path, max_slides: int = 150) -> dict:
                 report["deck_no_redraw"].append(f"deck step {k} (cell {cell})")
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
         report["deck_steps"] = k + 1
+        page.screenshot(path=str(out / f"deck_step_{k:02d}.png"))
         for direction in ("down", "forward"):      # the on-screen remote: subslide/fragment first, then next slide
             button = page.locator(f".jp-deck-mod-direction-{direction}").first
             if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
@@ -259,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=1600)
     parser.add_argument("--deck", action="store_true", help="also present each notebook with jupyterlab-slideshow")
+    parser.add_argument("--deck-only", action="store_true", help="with --deck: skip the per-panel checks before it")
     parser.add_argument("--offline", action="store_true",
                         help="the arguments are exported .slides.html decks: open them from disk, offline")
     args = parser.parse_args(argv)
@@ -289,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
             for nb in args.notebooks:
                 rel = os.path.relpath(Path(nb).resolve(), ROOT)
-                reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout))
+                reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout,
+                                              skip_panels=args.deck_only))
                 if args.deck:
                     reports[-1].update(check_deck(page, args.out / Path(rel).stem))
             browser.close()
