@@ -85,6 +85,7 @@ class BlockPool:
         self._evictable: OrderedDict[int, None] = OrderedDict()    # LRU order: oldest first
         self._hash_index: dict[int, int] = {}                       # prefix key -> physical block id
         self.num_evictions = 0
+        self.on_evict: Callable[[Block], None] | None = None       # KV tiering: demote before the data goes
 
     # ------------------------------------------------------------------ counts
     @property
@@ -123,6 +124,8 @@ class BlockPool:
         elif self._evictable:
             block_id, _ = self._evictable.popitem(last=False)
             block = self.blocks[block_id]
+            if self.on_evict is not None:                           # a lower tier may keep a copy
+                self.on_evict(block)
             if self._hash_index.get(block.hash) == block_id:
                 del self._hash_index[block.hash]                    # evicted data can never be hit again
             block.reset()

@@ -27,7 +27,7 @@ import torch
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule, eos_ids_of
 from ..validation import check_int, check_token_ids, check_type, is_int, is_real
-from .block_manager import BlockManager
+from .block_manager import BlockManager, NoFreeBlocksError
 from .config import EngineConfig
 from .metrics import RequestMetrics
 from .model_runner import ModelRunner
@@ -101,6 +101,7 @@ class LLMEngine:
         self._reported: list[str] = []           # finished outside a step (error, abort), not yet reported
         self._last: SchedulerOutput = SchedulerOutput()
         self._last_finished: list[str] = []
+        self.kv_connector = None                 # KV transfer hook: see _append_and_finish
 
     @property
     def eos_token_id(self) -> int | None:
@@ -170,6 +171,52 @@ class LLMEngine:
         else:
             self.scheduler.add(seq)
         return request_id
+
+    def add_prefilled_request(self, prompt_ids: Sequence[int], first_token: int, kv: torch.Tensor,
+                              params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
+                              request_id: str | None = None, arrival_time: float | None = None,
+                              first_token_time: float | None = None) -> str:
+        """Admit a request another engine has prefilled (disaggregated serving, Zhong et al. 2024):
+        its prompt's K/V are written into fresh blocks, ``first_token`` is its first output token,
+        and it joins the running queue to decode. Prompt blocks this engine already caches
+        (prefix caching) are reused and not overwritten.
+
+        Args:
+            prompt_ids: the prompt's token ids.
+            first_token: the token the prefill engine sampled.
+            kv: ``(num_layers, 2, len(prompt_ids), num_heads, head_dim)`` K/V of every prompt token.
+            params, max_new_tokens, request_id, arrival_time: as :meth:`add_request`.
+            first_token_time: when the first token was made (clock of this engine); default now.
+
+        Raises:
+            TypeError / ValueError: as :meth:`add_request`; a ``kv`` of the wrong shape.
+            NoFreeBlocksError: no room now (``max_num_seqs`` running or too few blocks); nothing changes.
+        """
+        ids = check_token_ids("prompt_ids", prompt_ids, self.runner.vocab_size)
+        first = check_token_ids("first_token", [first_token], self.runner.vocab_size)[0]
+        r, bm = self.runner, self.block_manager
+        expected = (r.num_layers, 2, len(ids), r.num_heads, r.head_dim)
+        if not isinstance(kv, torch.Tensor) or tuple(kv.shape) != expected:
+            raise ValueError(f"kv must be a tensor of shape {expected}, got {getattr(kv, 'shape', type(kv).__name__)}")
+        if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
+            raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
+        rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
+        req = self.requests[rid]
+        seq = req.seq
+        if seq.is_finished:                                       # could never fit: finished with "error"
+            return rid
+        self.scheduler.waiting.remove(seq)
+        cached = bm.allocate(rid, ids)
+        r.write_kv(bm.block_table(rid), kv[:, :, cached:], start=cached)
+        bm.mark_computed(rid, len(ids))
+        seq.num_prefix_hit_tokens, seq.num_computed_tokens = cached, len(ids)
+        seq.status = SequenceStatus.RUNNING
+        self.scheduler.running.append(seq)
+        now = self.config.clock() if first_token_time is None else first_token_time
+        req.metrics.first_scheduled_time = now
+        if self._append_and_finish([(0, req)], [first], now):
+            self._reported.append(rid)
+        return rid
 
     def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
         """Cancel requests in any state (waiting, running, mid chunked prefill, swapped out, a fork
@@ -321,6 +368,8 @@ class LLMEngine:
                 req.metrics.first_token_time = now
             reason = req.stop_rule.check(seq.output_ids, self.tokenizer.decode if self.tokenizer else None)
             if reason is not None:
+                if self.kv_connector is not None:             # e.g. ship the KV to a decode engine first
+                    self.kv_connector.request_finished(self, seq, self.block_manager.block_table(seq.seq_id))
                 self.scheduler.finish(seq, reason)
                 req.metrics.finish_time = now
                 finished.append(seq.seq_id)
