@@ -75,6 +75,11 @@ class BlockPool:
 
     Raises:
         TypeError / ValueError: ``num_blocks`` not an integer ≥ 1.
+
+    Attributes:
+        on_evict: ``None``, or a callable given each registered block just before eviction
+            reuses it (its ``hash``, ``parent_hash``, ``token_ids`` and KV data still intact);
+            KV tiers (:mod:`labsupport.serving.tiers`) copy it to a lower tier there.
     """
 
     def __init__(self, num_blocks: int, hash_fn: Callable[[int | None, Sequence[int]], int] = block_hash):
