@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from helpers import make_tiny_lm
+
 from labsupport import kv
 from labsupport.engine import LLMEngine, NoFreeBlocksError
 from labsupport.sampling import GREEDY
@@ -97,7 +97,7 @@ def test_add_prefilled_request_checks_before_changing_anything(lm):
 def test_two_process_disaggregation_matches_colocated(lm):
     reqs = mixed_workload(_vocab(lm), num_pairs=2, long_prompt=60, long_new=3, short_prompt=6, short_new=10,
                           gap=0.0, seed=4)
-    kw = dict(block_size=8, num_blocks=64, max_num_seqs=4)
+    kw = {"block_size": 8, "num_blocks": 64, "max_num_seqs": 4}
     colo = run_colocated(lm, reqs, **kw)
     with DisaggregatedServer(lm, kw, kw, timeout=90) as server:
         dis = server.serve(reqs)

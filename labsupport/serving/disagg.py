@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from typing_extensions import Self
 
 from ..sampling import GREEDY
 from ..validation import check_int, check_real
@@ -279,7 +280,7 @@ class DisaggregatedServer:
         self.timeout = check_real("timeout", timeout, 1.0)
         self._procs: list[mp.Process] = []
 
-    def __enter__(self) -> DisaggregatedServer:
+    def __enter__(self) -> Self:
         ctx = mp.get_context("spawn")
         self.deadline = time.perf_counter() + self.timeout
         self._req, req_child = ctx.Pipe()

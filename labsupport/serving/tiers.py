@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 from safetensors.torch import load_file, save_file
+from typing_extensions import Self
 
 from ..sampling import GREEDY, SamplingParams
 from ..validation import check_int
@@ -231,7 +232,7 @@ class TieredKVCache:
         if self._tmp is not None:
             self._tmp.cleanup()
 
-    def __enter__(self) -> TieredKVCache:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -62,7 +62,7 @@ def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRI
                           f"{blends[pos.value].T} context tokens): KL = {res.kl:.4f} nats, top-1 = {res.top1:.0%}, "
                           f"compute ≈ {res.compute_fraction:.0%} of a full prefill</div>")
             show_figure(out, blend_curve_figure(curves, marker_r=r_s.value / 100))
-        except Exception as e:                                   # the panel keeps working
+        except (TypeError, ValueError, RuntimeError) as e:       # the panel keeps working
             info.value = _error(e)
 
     for w in (r_s, method, pos):
@@ -105,7 +105,7 @@ def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_bl
             info.value = (f"<div style='font-size:16px'>{len(recs)} requests: {computed:,} of {total:,} prompt "
                           f"tokens computed; audit of every tier passed</div>")
             show_figure(out, tier_figure(hits, ttft, {t: len(v) for t, v in by.items()}))
-        except Exception as e:
+        except (TypeError, ValueError, RuntimeError) as e:      # e.g. an audit failure: shown, not raised
             info.value = _error(e)
 
     for w in (pool, cpu, disk):
