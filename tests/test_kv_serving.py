@@ -94,6 +94,7 @@ def test_add_prefilled_request_checks_before_changing_anything(lm):
     eng.block_manager.audit()
 
 
+@pytest.mark.slow
 def test_two_process_disaggregation_matches_colocated(lm):
     reqs = mixed_workload(_vocab(lm), num_pairs=2, long_prompt=60, long_new=3, short_prompt=6, short_new=10,
                           gap=0.0, seed=4)
