@@ -69,6 +69,9 @@ class LLMEngine:
         block_manager, scheduler, runner: the three parts (``runner`` is the :class:`ModelRunner`).
         eos_token_ids: every end-of-sequence id of the model (tokenizer and generation config).
         history: one :class:`EngineSnapshot` per step when ``record_history`` is on.
+        kv_connector: ``None``, or an object whose ``request_finished(engine, seq, block_ids)`` is
+            called when a request finishes, before its blocks are freed (disaggregated serving:
+            :class:`~labsupport.serving.kv_transfer.KVConnector` ships the prompt's KV there).
     """
 
     def __init__(self, lm, config: EngineConfig | None = None, **overrides):
