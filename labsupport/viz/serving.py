@@ -88,10 +88,11 @@ def routing_figure(stats: Mapping[str, Mapping[str, float]], title: str = "Routi
 
 #: The layers of a serving stack, bottom first, and where this course's chapters sit in them.
 STACK = (
-    ("kernels", "attention and GEMM kernels on the accelerator",
-     ["KV cache (03)", "paged attention (04)"]),
+    ("kernels and model execution", "attention and GEMM kernels; one model over many GPUs",
+     ["KV cache (03)", "paged attention (04)", "tensor / pipeline / expert parallelism (09)"]),
     ("engine", "one model replica: batching, scheduling, decoding",
-     ["sampling (01)", "beam search (02)", "continuous batching, chunked prefill (05)", "speculative decoding (06)"]),
+     ["sampling (01)", "beam search (02)", "continuous batching, chunked prefill (05)",
+      "speculative decoding (06, 07)", "structured output (08)"]),
     ("KV cache manager", "blocks, prefix cache, tiers, moving KV",
      ["block tables, prefix caching (04)", "KV tiers CPU/disk (10)", "context caching (10)", "CacheBlend (10)"]),
     ("routing and orchestration", "many replicas and instances",
@@ -99,21 +100,22 @@ STACK = (
 )
 
 
-def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK,
+def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK, per_line: int = 3,
                          title: str = "The serving stack: where each technique lives") -> go.Figure:
-    """Stacked layers (bottom = kernels) as boxes, each listing its techniques."""
+    """Stacked layers (bottom = kernels) as boxes, each listing its techniques (``per_line`` a line)."""
     fig = go.Figure()
     for i, (name, what, items) in enumerate(stack):
         y0, y1 = i * 1.1, i * 1.1 + 1.0
         fig.add_shape(type="rect", x0=0, x1=10, y0=y0, y1=y1, line={"color": COLOURS[i % len(COLOURS)], "width": 3},
                       fillcolor=COLOURS[i % len(COLOURS)], opacity=0.15)
         fig.add_annotation(x=0.15, y=(y0 + y1) / 2, xanchor="left", showarrow=False,
-                           text=f"<b>{name}</b><br><span style='font-size:13px'>{what}</span>", align="left")
-        fig.add_annotation(x=3.4, y=(y0 + y1) / 2, xanchor="left", showarrow=False, text=" · ".join(items),
-                           font={"size": 14}, align="left")
+                           text=f"<b>{name}</b><br><span style='font-size:12px'>{what}</span>", align="left")
+        lines = [" · ".join(items[k:k + per_line]) for k in range(0, len(items), per_line)]
+        fig.add_annotation(x=4.3, y=(y0 + y1) / 2, xanchor="left", showarrow=False, text="<br>".join(lines),
+                           font={"size": 13}, align="left")
     fig.update_xaxes(visible=False, range=[0, 10])
     fig.update_yaxes(visible=False, range=[-0.1, len(stack) * 1.1])
-    return _layout(fig, title, 480)
+    return _layout(fig, title, 520)
 
 
 def tradeoff_table_figure(rows: Sequence[Sequence[str]],
@@ -126,4 +128,4 @@ def tradeoff_table_figure(rows: Sequence[Sequence[str]],
                                      "font": {"size": 14}, "fill_color": "#e8eef7"},
                              cells={"values": [list(c) for c in cols], "align": "left", "font": {"size": 13},
                                     "height": 30}))
-    return _layout(fig, title, 120 + 62 * max(1, len(rows)))
+    return _layout(fig, title, 160 + 95 * max(1, len(rows)))
