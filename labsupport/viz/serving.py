@@ -100,7 +100,7 @@ STACK = (
 )
 
 
-def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK, per_line: int = 3,
+def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK, per_line: int = 2,
                          title: str = "The serving stack: where each technique lives") -> go.Figure:
     """Stacked layers (bottom = kernels) as boxes, each listing its techniques (``per_line`` a line)."""
     fig = go.Figure()
@@ -111,7 +111,7 @@ def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK
         fig.add_annotation(x=0.15, y=(y0 + y1) / 2, xanchor="left", showarrow=False,
                            text=f"<b>{name}</b><br><span style='font-size:12px'>{what}</span>", align="left")
         lines = [" · ".join(items[k:k + per_line]) for k in range(0, len(items), per_line)]
-        fig.add_annotation(x=4.3, y=(y0 + y1) / 2, xanchor="left", showarrow=False, text="<br>".join(lines),
+        fig.add_annotation(x=4.0, y=(y0 + y1) / 2, xanchor="left", showarrow=False, text="<br>".join(lines),
                            font={"size": 13}, align="left")
     fig.update_xaxes(visible=False, range=[0, 10])
     fig.update_yaxes(visible=False, range=[-0.1, len(stack) * 1.1])
