@@ -4,6 +4,7 @@ context caching. Small random GPT-2s; the two-process test starts real workers (
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from labsupport.sampling import GREEDY
 from labsupport.serving.cacheblend import CacheBlend
 from labsupport.serving.context_cache import context_cache_report, prefill_flops
 from labsupport.serving.disagg import DisaggregatedServer, ServeRequest, mixed_workload, run_colocated
-from labsupport.serving.kv_transfer import KVConnector
+from labsupport.serving.kv_transfer import KVConnector, LayerAssembler, LayerwiseKVConnector, recv_blocks
 from labsupport.serving.router import ReplicaClock, Router, system_prompt_workload
 from labsupport.serving.tiers import TieredKVCache, run_chat
 
@@ -79,6 +80,41 @@ def test_prefilled_requests_decode_exactly_like_one_engine(lm):
     assert prefill.kv_connector.bytes_sent == sum(len(p) for p in prompts) * decode.runner.kv_bytes_per_token
 
 
+def test_layerwise_streaming_assembles_the_same_kv(lm):
+    """Layer pieces streamed during a chunked prefill with prefix hits add up to the whole KV:
+    a decode engine given them continues exactly as one engine would."""
+    import multiprocessing as mp
+
+    recv_end, send_end = mp.Pipe(duplex=False)
+    prompts = _prompts(2, _vocab(lm), seed=11, low=30, high=40)
+    prompts.append(prompts[0][:20] + prompts[1][:7])                            # shares 5 blocks with prompt 0
+    eng = LLMEngine(lm, block_size=4, num_blocks=64, enable_prefix_caching=True, enable_chunked_prefill=True,
+                    max_prefill_chunk=8)
+    conn = LayerwiseKVConnector(send_end)
+    conn.attach(eng)
+    for i, p in enumerate(prompts):
+        conn.layerwise.add(str(i))
+        eng.add_request(p, GREEDY, 1, str(i))
+        eng.run()
+    conn.close()
+    assert eng.requests["2"].seq.num_prefix_hit_tokens == 20                    # the prefix-hit path was taken
+    assembler, done, pieces = LayerAssembler(), {}, 0
+    while recv_end.poll(0.5):
+        payload = assembler.add(recv_blocks(recv_end, 1.0))
+        pieces += payload is None
+        if payload is not None:
+            done[payload.request_id] = payload
+    assert pieces > 3 * eng.runner.num_layers                                   # several chunks per layer
+    for i, p in enumerate(prompts):
+        got = done[str(i)]
+        assert got.kv.shape == (eng.runner.num_layers, 2, len(p), eng.runner.num_heads, eng.runner.head_dim)
+        want = LLMEngine(lm, block_size=4, num_blocks=64).generate([p], GREEDY, 6)[0].token_ids
+        assert got.first_token == want[0]
+        dec = LLMEngine(lm, block_size=8, num_blocks=64)
+        dec.add_prefilled_request(p, got.first_token, got.kv, GREEDY, 6)
+        assert dec.run()[0].token_ids == want, i
+
+
 def test_add_prefilled_request_checks_before_changing_anything(lm):
     eng = LLMEngine(lm, block_size=4, num_blocks=3, max_num_seqs=1)
     r = eng.runner
@@ -101,15 +137,17 @@ def test_two_process_disaggregation_matches_colocated(lm):
     kw = {"block_size": 8, "num_blocks": 64, "max_num_seqs": 4}
     colo = run_colocated(lm, reqs, **kw)
     with DisaggregatedServer(lm, kw, kw, timeout=90) as server:
-        dis = server.serve(reqs)
+        runs = [server.serve(reqs), server.serve([replace(r, request_id=r.request_id + "L") for r in reqs], layerwise=True)]
         procs = list(server._procs)
     assert all(not p.is_alive() for p in procs)                                # cleaned up
     per_token = LLMEngine(lm, **kw).runner.kv_bytes_per_token
-    for r in reqs:
-        assert dis[r.request_id].token_ids == colo[r.request_id].token_ids, r.request_id
-        assert dis[r.request_id].kv_bytes == len(r.prompt_ids) * per_token
-        assert dis[r.request_id].transfer_time >= 0
-        assert len(dis[r.request_id].token_times) == len(dis[r.request_id].token_ids)
+    for suffix, dis in zip(("", "L"), runs):
+        for r in reqs:
+            got = dis[r.request_id + suffix]
+            assert got.token_ids == colo[r.request_id].token_ids, (r.request_id, suffix)
+            assert got.kv_bytes == len(r.prompt_ids) * per_token
+            assert got.transfer_time >= 0
+            assert len(got.token_times) == len(got.token_ids)
 
 
 def test_disaggregated_server_rejects_non_gpt2():

@@ -60,6 +60,11 @@ class ModelRunner:
 
     Raises:
         ValueError: not a GPT-2-family model, or sizes < 1.
+
+    Attributes:
+        layer_hook: ``None``, or ``hook(layer_index, meta)`` called in every forward right after
+            a layer's new K/V are written (vLLM's ``save_kv_layer`` point: a KV connector can
+            stream that layer while the next ones compute).
     """
 
     def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
@@ -96,6 +101,7 @@ class ModelRunner:
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=self.dtype, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
+        self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
         self.num_forwards = 0
         self.num_token_forwards = 0
 
@@ -158,6 +164,8 @@ class ModelRunner:
             qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])                # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
             a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale)    # (N, E)
+            if self.layer_hook is not None:                                      # layer i's K/V are written
+                self.layer_hook(i, meta)
             x = x + torch.addmm(layer.attn_proj[1], a, layer.attn_proj[0])
             h = F.layer_norm(x, (e,), *layer.ln_2, eps=self.eps)
             h = layer.act(torch.addmm(layer.c_fc[1], h, layer.c_fc[0]))           # (N, 4E)

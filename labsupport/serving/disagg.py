@@ -4,8 +4,9 @@ Patel et al. 2024).
 Two :class:`~labsupport.engine.LLMEngine` instances run in two OS processes:
 
 * the **prefill worker** runs only prompts (``max_new_tokens = 1``); when a prompt's first
-  token is sampled its :class:`~labsupport.serving.kv_transfer.KVConnector` gathers the
-  prompt's K/V from the blocks and ships them (``send_blocks``);
+  token is sampled its KV connector gathers the prompt's K/V from the blocks and ships them
+  (``send_blocks``) — or, with ``serve(..., layerwise=True)``, it has already streamed each
+  layer while the prefill ran (:class:`~labsupport.serving.kv_transfer.LayerwiseKVConnector`);
 * the **decode worker** receives them (``recv_blocks``, on a receiver thread so a transfer
   never waits for a decode step), writes them into its own pool with
   ``LLMEngine.add_prefilled_request`` and decodes.
@@ -34,8 +35,8 @@ import torch
 from typing_extensions import Self
 
 from ..sampling import GREEDY
-from ..validation import check_int, check_real
-from .kv_transfer import KVConnector, KVPayload, recv_blocks, send_blocks
+from ..validation import check_bool, check_int, check_real
+from .kv_transfer import KVPayload, LayerAssembler, LayerwiseKVConnector, recv_blocks
 
 __all__ = ["DisaggregatedServer", "ServeRequest", "ServeResult", "latency_table", "mixed_workload", "run_colocated"]
 
@@ -56,7 +57,9 @@ class ServeResult:
 
     Attributes:
         token_ids: generated tokens; finish_reason: the engine's; arrival_time, token_times.
-        kv_bytes: bytes of KV shipped for it (0 colocated); transfer_time: seconds of the transfer.
+        kv_bytes: bytes of KV shipped for it (0 colocated).
+        transfer_time: seconds from the first token (end of the prefill) until the decode side
+            had the whole KV: the transfer time the prefill did not hide (0 colocated).
     """
 
     request_id: str
@@ -173,36 +176,42 @@ def _load(model: tuple[dict, dict], engine_kwargs: dict, connector=None):
 
 def _prefill_worker(model: tuple[dict, dict], engine_kwargs: dict, req_conn, kv_conn, deadline: float) -> None:
     """Run prompts only; ship each prompt's KV and first token to the decode worker."""
-    connector = KVConnector(kv_conn)
-    engine = _load(model, engine_kwargs, connector)
+    connector = LayerwiseKVConnector(kv_conn)
+    engine = _load(model, engine_kwargs)
+    connector.attach(engine)
     req_conn.send("ready")
     while time.perf_counter() < deadline:
         busy = engine.has_unfinished_requests()
         while req_conn.poll(0 if busy else 0.02):
             msg = req_conn.recv()
             if msg is None:                                        # the client is done
+                connector.close()
                 kv_conn.send(None)
                 return
-            rid, ids, max_new, arrival = msg
+            rid, ids, max_new, arrival, layerwise = msg
             connector.max_new_tokens[rid] = max_new
+            if layerwise:
+                connector.layerwise.add(rid)
             engine.add_request(ids, GREEDY, 1, rid, min(arrival, engine.config.clock()))
             out = engine.output(rid)
             if out.finish_reason == "error":                       # could never run here: tell the client
                 kv = torch.zeros(0)
-                send_blocks(kv_conn, KVPayload(rid, ids, 0, kv, max_new, arrival, arrival, extra={"error": out.error}))
+                connector.layerwise.discard(rid)
+                connector.send(KVPayload(rid, ids, 0, kv, max_new, arrival, arrival, extra={"error": out.error}))
             busy = True
         if busy:
             engine.step()
 
 
 def _receiver(kv_conn, inbox: queue.Queue, deadline: float) -> None:
+    assembler = LayerAssembler()
     while time.perf_counter() < deadline:
         try:
             payload = recv_blocks(kv_conn, 0.05)
         except EOFError:
             inbox.put(None)
             return
-        if payload is not None:
+        if payload is not None and (payload := assembler.add(payload)) is not None:
             inbox.put(payload)
 
 
@@ -241,7 +250,7 @@ def _decode_worker(model: tuple[dict, dict], engine_kwargs: dict, kv_conn, out_c
             except NoFreeBlocksError:
                 break
             pending.popleft()
-            transfers[p.request_id] = (p.num_bytes, p.transfer_time)
+            transfers[p.request_id] = (p.num_bytes, p.recv_time - p.first_token_time)
         if engine.has_unfinished_requests():
             for o in engine.step():
                 if o.finished:
@@ -303,8 +312,14 @@ class DisaggregatedServer:
             raise
         return self
 
-    def serve(self, requests: list[ServeRequest]) -> dict[str, ServeResult]:
-        """Send each request at its arrival time; the results, by request id."""
+    def serve(self, requests: list[ServeRequest], layerwise: bool = False) -> dict[str, ServeResult]:
+        """Send each request at its arrival time; the results, by request id.
+
+        Args:
+            layerwise: stream each prompt's KV layer by layer while it is prefilled (else the
+                whole prompt's KV is sent once its first token is sampled).
+        """
+        layerwise = check_bool("layerwise", layerwise)
         results: dict[str, ServeResult] = {}
 
         def collect(wait: float) -> None:
@@ -319,7 +334,7 @@ class DisaggregatedServer:
         for r in sorted(requests, key=lambda r: r.arrival):
             while time.perf_counter() < start + r.arrival:
                 collect(max(0.0, min(0.002, start + r.arrival - time.perf_counter())))
-            self._req.send((r.request_id, list(r.prompt_ids), r.max_new_tokens, start + r.arrival))
+            self._req.send((r.request_id, list(r.prompt_ids), r.max_new_tokens, start + r.arrival, layerwise))
         while len(results) < len(requests):
             if time.perf_counter() > self.deadline:
                 raise TimeoutError(f"{len(results)} of {len(requests)} results came in time")
