@@ -136,14 +136,23 @@ def next_token_logits(lm: LoadedModel, prompt: str | Sequence[int]) -> torch.Ten
 
 
 def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, token: int,
-            params: SamplingParams, prev: list[int], top_n: int) -> StepRecord:
+            params: SamplingParams, prev: list[int], top_n: int,
+            allowed: torch.Tensor | None = None) -> StepRecord:
     raw = torch.softmax(logits.float(), dim=-1)
-    final = probs_from_logits(logits.unsqueeze(0), params, [prev])[0]
+    final = probs_from_logits(logits.unsqueeze(0), params, [prev], allowed=allowed)[0]
     top = torch.topk(raw, min(top_n, raw.shape[-1]))
     return StepRecord(step=step, position=position, token_id=token, token=lm.token_str(token),
                       prob=float(final[token]), logprob=float(torch.log(raw[token].clamp_min(1e-45))),
                       top_ids=top.indices.tolist(), top_probs=top.values.tolist(),
                       num_kept=int((final > 0).sum()), entropy_bits=float(entropy_bits(raw)))
+
+
+def _grammar(lm: LoadedModel, params: SamplingParams):
+    """The compiled structured-output grammar of ``params`` for ``lm`` (cached), or None."""
+    if params.structured_output is None:
+        return None
+    from .structured import for_model
+    return for_model(params.structured_output, lm)
 
 
 def _stop_hit(text: str, stops: Sequence[str]) -> int | None:
@@ -172,6 +181,9 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     Returns:
         A :class:`GenerationResult`; ``text`` is the new text only, cut before a stop string.
         One call makes one sample: ``params.n`` is ignored (``LLMEngine`` makes ``n``).
+        With ``params.structured_output`` every token is masked by the grammar (after the
+        repetition penalty, before temperature); the output ends with EOS once complete,
+        or is cut by ``max_new_tokens`` (then it may be an incomplete prefix).
 
     Raises:
         ValueError: empty prompt, ids outside the vocabulary, a length beyond the model's
@@ -184,6 +196,8 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     eos = None if params.ignore_eos else lm.eos_token_id
+    grammar = _grammar(lm, params)
+    state = 0 if grammar is None else grammar.initial_state()
     seq = list(ids)
     new: list[int] = []
     steps: list[StepRecord] = []
@@ -201,9 +215,12 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
         forwards += inp.shape[1]
         calls += 1
         last = logits[0, -1].float()                                     # (vocab,)
-        token = int(sample(last.unsqueeze(0), params, generator, [seq])[0])
+        allowed = None if grammar is None else grammar.allowed_token_mask(state)
+        token = int(sample(last.unsqueeze(0), params, generator, [seq], allowed=allowed)[0])
         if record:
-            steps.append(_record(lm, step, len(seq), last, token, params, seq, top_n))
+            steps.append(_record(lm, step, len(seq), last, token, params, seq, top_n, allowed))
+        if grammar is not None:
+            state = grammar.advance(state, token)
         seq.append(token)
         new.append(token)
         if eos is not None and token == eos:
@@ -273,6 +290,8 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
     eos = None if params.ignore_eos else lm.eos_token_id
+    grammar = _grammar(lm, params)
+    states = [0] * len(rows)                             # grammar state per row
     ids, mask, pos = left_pad(rows, pad, lm.device)
     seqs = [list(r) for r in rows]
     new: list[list[int]] = [[] for _ in rows]
@@ -285,10 +304,13 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     for _ in range(max_new):
         logits, cache = model_forward(lm.model, inp, cache, attention_mask=mask, position_ids=positions)
         forwards += inp.numel()
-        tokens = sample(logits[:, -1].float(), params, generator, seqs)
+        allowed = None if grammar is None else torch.stack([grammar.allowed_token_mask(s) for s in states])
+        tokens = sample(logits[:, -1].float(), params, generator, seqs, allowed=allowed)
         for b, tok in enumerate(tokens.tolist()):
             if done[b]:
                 continue
+            if grammar is not None:
+                states[b] = grammar.advance(states[b], tok)
             seqs[b].append(tok)
             new[b].append(tok)
             if eos is not None and tok == eos or params.stop and _stop_hit(lm.decode(new[b]), params.stop) is not None:

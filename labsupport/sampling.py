@@ -24,6 +24,7 @@ top-p / nucleus (Holtzman et al., 2019); min-p (Nguyen et al., 2024); repetition
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -243,6 +244,10 @@ class SamplingParams:
         n: number of samples per prompt (parallel sampling; the engine shares their prompt blocks).
         seed: seed of this request's own ``torch.Generator`` in [0, 2**63) (``None`` = caller's
             generator); the engine seeds sample k of ``n`` with ``seed + k``.
+        structured_output: constrain the output to a grammar (vLLM's structured outputs):
+            ``{"json": schema}`` (or a bare JSON Schema dict), ``{"regex": pattern}`` or
+            ``{"choice": [text, ...]}``; see :mod:`labsupport.structured`. Checked here,
+            compiled on first use and cached per (tokenizer, spec). Not with ``ignore_eos``.
 
     Numbers may be Python or numpy scalars (stored as ``int`` / ``float``); ``stop`` may be one
     string, a list of strings or ``None``.
@@ -262,6 +267,7 @@ class SamplingParams:
     ignore_eos: bool = False
     n: int = 1
     seed: int | None = None
+    structured_output: dict | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         check_real("temperature", self.temperature, 0, hint=" (0 = greedy)")
@@ -286,6 +292,13 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(stop))
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
+        if self.structured_output is not None:
+            from .structured import normalize_spec  # lazy: structured builds on sampling
+            normalize_spec(self.structured_output)
+            if self.ignore_eos:
+                raise ValueError("structured_output cannot be combined with ignore_eos=True "
+                                 "(the grammar ends the output with EOS once it is complete)")
+            object.__setattr__(self, "structured_output", copy.deepcopy(self.structured_output))
 
     @property
     def greedy(self) -> bool:
@@ -308,13 +321,16 @@ GREEDY = SamplingParams(temperature=0.0)
 # ----------------------------------------------------------------------------- pipeline
 
 def process_logits(logits: torch.Tensor, params: SamplingParams,
-                   prev_ids: torch.Tensor | Sequence | None = None) -> torch.Tensor:
-    """Apply the whole pipeline: penalty → temperature → top-k → top-p → min-p.
+                   prev_ids: torch.Tensor | Sequence | None = None, *,
+                   allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Apply the whole pipeline: penalty → grammar mask → temperature → top-k → top-p → min-p.
 
     Args:
         logits: ``(batch, vocab)`` or ``(vocab,)``.
         params: the :class:`SamplingParams`.
         prev_ids: ids already in each sequence (prompt + output), for the repetition penalty.
+        allowed: optional bool mask ``(batch, vocab)`` or ``(vocab,)`` from a structured-output
+            grammar; disallowed tokens become ``-inf`` before temperature and the filters.
 
     Returns:
         float32 logits of the same shape; removed candidates are ``-inf``. With
@@ -323,6 +339,8 @@ def process_logits(logits: torch.Tensor, params: SamplingParams,
     z = _as_2d(logits)
     if params.repetition_penalty != 1.0 and prev_ids is not None:
         z = apply_repetition_penalty(z, prev_ids, params.repetition_penalty)
+    if allowed is not None:
+        z = _apply_allowed(z, allowed)
     if params.greedy:
         best = z.argmax(dim=-1, keepdim=True)
         out = torch.full_like(z, NEG_INF).scatter(-1, best, 0.0)
@@ -335,14 +353,21 @@ def process_logits(logits: torch.Tensor, params: SamplingParams,
 
 
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams,
-                      prev_ids: torch.Tensor | Sequence | None = None) -> torch.Tensor:
+                      prev_ids: torch.Tensor | Sequence | None = None, *,
+                      allowed: torch.Tensor | None = None) -> torch.Tensor:
     """The distribution ``sample`` draws from: softmax of :func:`process_logits` (rows sum to 1)."""
-    return torch.softmax(process_logits(logits, params, prev_ids), dim=-1)
+    return torch.softmax(process_logits(logits, params, prev_ids, allowed=allowed), dim=-1)
+
+
+def _apply_allowed(z: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    from .structured.logits import apply_structured_mask  # lazy: structured builds on sampling
+    return apply_structured_mask(z, allowed)
 
 
 def sample(logits: torch.Tensor, params: SamplingParams = GREEDY,
            generator: torch.Generator | None = None,
-           prev_ids: torch.Tensor | Sequence | None = None) -> torch.Tensor:
+           prev_ids: torch.Tensor | Sequence | None = None, *,
+           allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Pick one token per row.
 
     Args:
@@ -351,6 +376,7 @@ def sample(logits: torch.Tensor, params: SamplingParams = GREEDY,
         generator: the ``torch.Generator`` to draw from (on the logits' device); ``None``
             uses one seeded with ``params.seed`` if set, else torch's global generator.
         prev_ids: ids already in each sequence (for the repetition penalty).
+        allowed: optional grammar mask (see :func:`process_logits`).
 
     Returns:
         ``(batch,)`` long tensor of token ids (a 0-d tensor for 1-D logits).
@@ -359,9 +385,11 @@ def sample(logits: torch.Tensor, params: SamplingParams = GREEDY,
     if params.greedy:
         if params.repetition_penalty != 1.0 and prev_ids is not None:
             z = apply_repetition_penalty(z, prev_ids, params.repetition_penalty)
+        if allowed is not None:
+            z = _apply_allowed(z, allowed)
         ids = z.argmax(dim=-1)
     else:
-        probs = probs_from_logits(z, params, prev_ids)
+        probs = probs_from_logits(z, params, prev_ids, allowed=allowed)
         if generator is None and params.seed is not None:
             generator = torch.Generator(device=probs.device).manual_seed(params.seed)
         ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
