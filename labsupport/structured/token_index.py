@@ -74,25 +74,37 @@ class TokenIndex:
         self.eos_token_id = eos_token_id
         self.device = torch.device(device)
         lengths = np.array([0 if t is None else len(t) for t in tokens], dtype=np.int64)
+        self._order = np.argsort(-lengths, kind="stable")          # longest tokens first
+        sorted_len = lengths[self._order]
         width = max(1, int(lengths.max()))
         data = np.zeros((self.vocab_size, width), dtype=np.int64)
-        for i, t in enumerate(tokens):
+        for row, i in enumerate(self._order):
+            t = tokens[i]
             if t:
-                data[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
+                data[row, :len(t)] = np.frombuffer(t, dtype=np.uint8)
         self._bytes, self._lengths = data, lengths
+        self._active = [int((sorted_len > j).sum()) for j in range(width)]   # tokens longer than j
+        dead = dfa.num_states                                       # an extra absorbing state
+        table = np.where(dfa.transitions >= 0, dfa.transitions, dead)
+        self._table = np.vstack([table, np.full((1, 256), dead)]).astype(np.int64)
         self._next: dict[int, np.ndarray] = {}          # state -> (vocab,) next state, -1 = not allowed
         self._mask: dict[int, torch.Tensor] = {}        # state -> (vocab,) bool
 
     def _walk(self, states: np.ndarray) -> np.ndarray:
-        """Next states ``(len(states), vocab)`` after each token from each state (-1 = dies)."""
-        table = self.dfa.transitions
+        """Next states ``(len(states), vocab)`` after each token from each state (-1 = dies).
+
+        Tokens are sorted longest first, so byte ``j`` only moves the first ``active[j]``
+        columns; a dead walk sits in the extra absorbing state.
+        """
         cur = np.repeat(states[:, None], self.vocab_size, axis=1).astype(np.int64)
-        for j in range(self._bytes.shape[1]):
-            active = (j < self._lengths)[None, :] & (cur >= 0)
-            stepped = table[np.maximum(cur, 0), self._bytes[None, :, j]]
-            cur = np.where(active, stepped, cur)
-        cur[:, self._lengths == 0] = -1                  # special tokens carry no text
-        return cur
+        for j, n in enumerate(self._active):
+            cur[:, :n] = self._table[cur[:, :n], self._bytes[None, :n, j]]
+        dead = self.dfa.num_states
+        cur[cur == dead] = -1
+        cur[:, self._lengths[self._order] == 0] = -1      # special tokens carry no text
+        out = np.empty_like(cur)
+        out[:, self._order] = cur                         # back to vocabulary order
+        return out
 
     def _fill(self, states) -> None:
         todo = np.array([s for s in states if s not in self._next], dtype=np.int64)
