@@ -50,9 +50,29 @@ SPECS = {
 }
 
 
+def load_jsonschema():
+    """``import jsonschema`` without its optional IRI format checker.
+
+    ``jsonschema`` imports ``rfc3987_syntax`` when it is installed (JupyterLab's dependencies
+    install it), which builds a Lark grammar at import time — seconds on a laptop. Our
+    schemas use no ``format``, so that optional import is skipped when jsonschema is not
+    loaded yet (it is an optional import inside jsonschema: it simply leaves ``iri`` unchecked).
+    """
+    import sys
+    if "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules:
+        sys.modules["rfc3987_syntax"] = None          # makes `from rfc3987_syntax import ...` an ImportError
+        try:
+            import jsonschema
+        finally:
+            del sys.modules["rfc3987_syntax"]
+        return jsonschema
+    import jsonschema
+    return jsonschema
+
+
 def is_valid(text: str, spec: dict) -> bool:
     """Does ``text`` satisfy ``spec`` by an independent check (jsonschema / re / membership)?"""
-    import jsonschema
+    jsonschema = load_jsonschema()
     kind, payload, _ = normalize_spec(spec)
     if kind == "regex":
         return re.fullmatch(payload, text) is not None
@@ -78,11 +98,16 @@ class Validity:
 
 
 def validity(lm: LoadedModel, spec: dict, prompt: str, *, runs: int = 100, seed: int = 0,
-             max_tokens: int = 64, batch: int = 50, name: str = "") -> Validity:
-    """Sample ``runs`` outputs at T = 1 with and without ``spec`` and count the valid ones."""
+             max_tokens: int = 64, unconstrained_max_tokens: int | None = None, batch: int = 50,
+             name: str = "") -> Validity:
+    """Sample ``runs`` outputs at T = 1 with and without ``spec`` and count the valid ones.
+
+    ``unconstrained_max_tokens`` (default ``max_tokens``) bounds the prompt-only runs.
+    """
     out = {}
     for constrained in (True, False):
-        params = SamplingParams(temperature=1.0, max_tokens=max_tokens,
+        limit = max_tokens if constrained or unconstrained_max_tokens is None else unconstrained_max_tokens
+        params = SamplingParams(temperature=1.0, max_tokens=limit,
                                 structured_output=spec if constrained else None)
         gen = torch.Generator().manual_seed(seed)
         results = []
