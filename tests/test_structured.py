@@ -331,3 +331,55 @@ def test_speculative_decoding_refuses_structured_output(tiny_lm):
     from labsupport.speculative import NgramProposer, speculative_generate
     with pytest.raises(ValueError, match="structured_output"):
         speculative_generate(tiny_lm, NgramProposer(), "hi", SamplingParams(structured_output={"regex": "a+"}))
+
+
+# ----------------------------------------------------------------------------- figures and panel
+
+def test_automaton_figure_draws_every_state_and_refuses_huge_ones():
+    from labsupport.viz.structured import automaton_figure, byte_label
+    dfa = compile_tree(parse_regex(r"\d{4}-\d{2}-\d{2}"))
+    fig = automaton_figure(dfa.transitions, dfa.accepting, current=3)
+    assert len(fig.data[0].x) == dfa.num_states
+    widths = list(fig.data[0].marker.line.width)
+    assert sum(w > 0 for w in widths) == int(dfa.accepting.sum())
+    assert byte_label(range(48, 58)) == "0-9" and byte_label([45]) == "-"
+    big = compile_tree(schema_to_tree(PERSON))
+    with pytest.raises(ValueError, match="at most"):
+        automaton_figure(big.transitions, big.accepting)
+
+
+def test_masked_candidates_figure_marks_refused_tokens():
+    from labsupport.viz.structured import REFUSED_COLOR, masked_candidates_figure
+    fig = masked_candidates_figure(["a", "b", "c"], [0.5, 0.3, 0.2], [0.0, 0.6, 0.4], [False, True, True])
+    assert list(fig.data[1].marker.color)[0] == REFUSED_COLOR and fig.data[1].y[0] == 0.0
+    with pytest.raises(ValueError):
+        masked_candidates_figure(["a"], [0.5, 0.5], [1.0], [True])
+
+
+def test_panel_refuses_duplicate_keys_and_never_raises(tiny_lm):
+    from labsupport.widgets.structured import structured_lab
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+                                               "ok": {"type": "boolean"}}, "required": ["name", "ok"]}
+    panel = structured_lab(tiny_lm, {"json": schema}, "x", seed=1, max_complete=30)
+    assert panel.chips.children, "candidate chips are shown"
+    panel.force_text('{"name":"Al","name"')
+    assert "refused" in panel.note.value
+    assert tiny_lm.decode(panel.state["out"]) == '{"name":"Al","'      # stopped before the duplicate
+    panel.force_text('ok":true}')
+    panel.update()
+    assert panel.state["gstate"] is not None and panel.grammar.is_accepting(panel.state["gstate"])
+    assert "matches the schema" in panel.stats.value
+    panel.reset()
+    panel.controls["grammar"].value = False
+    panel.force_text("hello")
+    panel.update()
+    assert panel.state["gstate"] is None and "left the grammar" in panel.stats.value
+    panel.reset()
+    panel.controls["grammar"].value = True
+    panel.chips.children[0].click()                 # a chip forces a token the grammar allows
+    assert len(panel.state["out"]) == 1 and panel.state["gstate"] is not None
+    panel.controls["temperature"].value = 0.0
+    panel.controls["complete"].click()
+    assert panel.note.value == ""                   # no error line
+    with pytest.raises(ValueError):
+        structured_lab(tiny_lm, {"json": schema}, "x", seed=100)
