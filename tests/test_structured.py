@@ -351,7 +351,7 @@ def test_automaton_figure_draws_every_state_and_refuses_huge_ones():
 def test_masked_candidates_figure_marks_refused_tokens():
     from labsupport.viz.structured import REFUSED_COLOR, masked_candidates_figure
     fig = masked_candidates_figure(["a", "b", "c"], [0.5, 0.3, 0.2], [0.0, 0.6, 0.4], [False, True, True])
-    assert list(fig.data[1].marker.color)[0] == REFUSED_COLOR and fig.data[1].y[0] == 0.0
+    assert next(iter(fig.data[1].marker.color)) == REFUSED_COLOR and fig.data[1].y[0] == 0.0
     with pytest.raises(ValueError):
         masked_candidates_figure(["a"], [0.5, 0.5], [1.0], [True])
 

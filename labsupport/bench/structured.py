@@ -171,8 +171,8 @@ def xgrammar_step_seconds(lm: LoadedModel, spec: dict, token_runs: Sequence[Sequ
         compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         if kind == "json":
             ws = options["whitespace"]
-            extra = dict(any_whitespace=False, separators=(",", ":")) if ws == 0 else \
-                dict(any_whitespace=True, max_whitespace_cnt=ws)
+            extra = {"any_whitespace": False, "separators": (",", ":")} if ws == 0 else \
+                {"any_whitespace": True, "max_whitespace_cnt": ws}
             return compiler.compile_json_schema(payload, any_order=options["any_order"], **extra)
         if kind == "regex":
             return compiler.compile_regex(payload)

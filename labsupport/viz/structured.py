@@ -31,7 +31,7 @@ def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
 
 def byte_label(byte_values: Sequence[int]) -> str:
     """A compact label for a set of bytes: ``0-9``, ``"``, ``a-f,x``; bytes ≥ 0x80 as ``≥0x80``."""
-    vals = sorted(set(int(b) for b in byte_values))
+    vals = sorted({int(b) for b in byte_values})
     ascii_vals = [b for b in vals if b < 0x80]
     parts, i = [], 0
     while i < len(ascii_vals):
@@ -118,9 +118,30 @@ def automaton_figure(transitions: np.ndarray, accepting: Sequence[bool], *, curr
         marker={"size": 34, "color": ["#ff7f0e" if s == current else ALLOWED_COLOR for s in states],
                 "line": {"width": [5 if a else 0 for a in acc], "color": ACCEPT_COLOR}},
         hovertext=[f"state {s}{' (accepting)' if a else ''}" for s, a in zip(states, acc)], hoverinfo="text"))
+    ys = [pos[s][1] for s in states]
+    xs = [pos[s][0] for s in states]
     fig.update_layout(annotations=annotations, showlegend=False,
-                      xaxis={"visible": False}, yaxis={"visible": False, "scaleanchor": None})
+                      xaxis={"visible": False, "range": [min(xs) - 0.5, max(xs) + 0.5]},
+                      yaxis={"visible": False, "range": [min(ys) - 0.8, max(ys) + 0.8]})
     return _style(fig, title, 380)
+
+
+def pick_candidates(model_probs, masked_probs, n: int) -> list[int]:
+    """``n`` token ids to show: the ``n // 2`` most likely *allowed* ones (masked probability > 0)
+    and the model's favourites after them, ordered by the model's probability.
+
+    Args:
+        model_probs, masked_probs: ``(vocab,)`` tensors (or sequences) of probabilities.
+        n: how many ids (≥ 2, at most the vocabulary).
+    """
+    order_masked = sorted(range(len(masked_probs)), key=lambda i: -float(masked_probs[i]))
+    chosen = [i for i in order_masked[:n // 2] if float(masked_probs[i]) > 0]
+    for i in sorted(range(len(model_probs)), key=lambda i: -float(model_probs[i])):
+        if len(chosen) >= n:
+            break
+        if i not in chosen:
+            chosen.append(i)
+    return sorted(chosen, key=lambda i: -float(model_probs[i]))
 
 
 def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float], probs_after: Sequence[float],

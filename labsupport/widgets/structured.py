@@ -25,7 +25,7 @@ from labsupport.models import LoadedModel, max_positions
 from labsupport.sampling import SamplingParams, probs_from_logits, sample
 from labsupport.structured import for_model, normalize_spec
 from labsupport.validation import check_int, check_real
-from labsupport.viz.structured import masked_candidates_figure
+from labsupport.viz.structured import masked_candidates_figure, pick_candidates
 
 _WIDE = {"description_width": "initial"}
 
@@ -101,7 +101,8 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                                            description="temperature T (0 = greedy)", continuous_update=False),
         "seed": widgets.IntSlider(value=seed, min=0, max=99, description="seed", style=_WIDE, continuous_update=False),
         "sample": widgets.Button(description="sample next token", icon="step-forward"),
-        "complete": widgets.Button(description=f"complete (≤ {max_complete} tokens)", icon="fast-forward"),
+        "complete": widgets.Button(description="complete", icon="fast-forward",
+                                   tooltip=f"sample up to {max_complete} tokens, until EOS"),
         "undo": widgets.Button(description="undo", icon="undo"),
         "reset": widgets.Button(description="reset", icon="refresh"),
         "text": widgets.Text(value="", placeholder='e.g. {"name":"Ann","name"', description="force text",
@@ -151,7 +152,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         logits, mask = current() if not state["done"] else (None, None)
         allowed_n = grammar.num_allowed(g) if g is not None else 0
         output_html.value = (f"<div style='font-size:17px;font-family:monospace;white-space:pre-wrap'>"
-                             f"<span style='color:#777'>{html.escape(prompt[-40:])}</span>"
+                             f"<span style='color:#777'>{html.escape(prompt[-80:])}</span>"
                              f"<b style='color:#1f4e9c'>{html.escape(text)}</b>"
                              f"{'<span style=color:#2ca02c> ⟨EOS⟩</span>' if state['done'] else ''}</div>")
         stats.value = (_stat("grammar state", "left the grammar ✗" if g is None else
@@ -164,7 +165,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
             return
         model_p = torch.softmax(logits, dim=-1)
         final_p = probs_from_logits(logits, params(), allowed=mask)
-        top = torch.topk(model_p, top_n).indices.tolist()
+        top = pick_candidates(model_p.tolist(), final_p.tolist(), top_n)   # allowed and refused ones
         ok = [True] * top_n if mask is None else [bool(mask[i]) for i in top]
         fresh = masked_candidates_figure([lm.token_str(i) for i in top], model_p[top].tolist(),
                                          final_p[top].tolist(), ok)
