@@ -109,7 +109,11 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                              style=_WIDE, layout=widgets.Layout(width="60%")),
         "force_text": widgets.Button(description="force this text", icon="keyboard-o"),
     }
-    chips = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
+    chip_pool = [widgets.Button(layout=widgets.Layout(width="auto")) for _ in range(top_n)]
+    for b in chip_pool:
+        b.token = None
+        b.on_click(lambda button: force(button.token) if button.token is not None else None)
+    chips = widgets.HBox(chip_pool, layout=widgets.Layout(flex_flow="row wrap"))
     stats, output_html, note = widgets.HTML(), widgets.HTML(), widgets.HTML()
     figure = go.FigureWidget(masked_candidates_figure(["…"] * top_n, [0.0] * top_n, [0.0] * top_n, [True] * top_n))
 
@@ -161,7 +165,8 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                        + _stat("mask look-up", f"{state['mask_us']:.0f} µs")
                        + _stat("parse result", html.escape(parse_result(text, spec, g, grammar))))
         if state["done"]:
-            chips.children = ()
+            for b in chip_pool:
+                b.token, b.layout.display = None, "none"
             return
         model_p = torch.softmax(logits, dim=-1)
         final_p = probs_from_logits(logits, params(), allowed=mask)
@@ -169,19 +174,24 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         ok = [True] * top_n if mask is None else [bool(mask[i]) for i in top]
         fresh = masked_candidates_figure([lm.token_str(i) for i in top], model_p[top].tolist(),
                                          final_p[top].tolist(), ok)
-        for old, new in zip(figure.data, fresh.data):
-            old.update({"x": new.x, "y": new.y, "text": new.text, "marker": new.marker})
-        choose = torch.topk(final_p, top_n).indices.tolist()
-        buttons = []
-        for tok in choose:
-            if final_p[tok] <= 0:
-                continue
-            b = widgets.Button(description=f"{lm.token_str(tok)}  {100 * float(final_p[tok]):.0f}%",
-                               layout=widgets.Layout(width="auto"),
-                               button_style="info" if tok != lm.eos_token_id else "success")
-            b.on_click(lambda _b, t=tok: force(t))
-            buttons.append(b)
-        chips.children = tuple(buttons)
+        for old, new in zip(figure.data, fresh.data):         # one update per trace (see sampling panel)
+            changes = {"x": new.x, "y": new.y}
+            if new.text is not None:
+                changes["text"] = new.text
+            if not isinstance(new.marker.color, str):
+                changes["marker.color"] = new.marker.color
+            old.update(changes)
+        choose = [t for t in torch.topk(final_p, top_n).indices.tolist() if final_p[t] > 0]
+        for k, b in enumerate(chip_pool):                       # a fixed pool: no widget churn
+            if k < len(choose):
+                tok = choose[k]
+                b.token = tok
+                b.description = f"{lm.token_str(tok)}  {100 * float(final_p[tok]):.0f}%"
+                b.button_style = "success" if tok == lm.eos_token_id else "info"
+                b.layout.display = None
+            else:
+                b.token = None
+                b.layout.display = "none"
 
     def act(fn):
         def run(*_):
