@@ -73,8 +73,12 @@ def speculative_generate(target: LoadedModel, proposer, prompt: str | Sequence[i
 
     Raises:
         TypeError: γ not an integer.
-        ValueError: empty prompt, γ < 1, or a length beyond the model's position limit.
+        ValueError: empty prompt, γ < 1, a length beyond the model's position limit, or
+            ``params.structured_output`` set (not supported with speculative decoding).
     """
+    if params.structured_output is not None:
+        raise ValueError("structured_output is not supported with speculative decoding "
+                         "(the draft would need the grammar too); use generate() or LLMEngine")
     gamma = check_int("gamma", gamma, 1)
     ids = _prompt_ids(target, prompt)
     max_new = _check_length(target, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)

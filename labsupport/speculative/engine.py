@@ -128,8 +128,11 @@ class SpecDecodeEngine:
 
         Raises:
             TypeError: ``max_new_tokens`` not an integer.
-            ValueError: an empty prompt, ids outside the vocabulary, or ``max_new_tokens < 1``.
+            ValueError: an empty prompt, ids outside the vocabulary, ``max_new_tokens < 1``, or
+                ``params.structured_output`` set (not supported with speculative decoding).
         """
+        if params.structured_output is not None:
+            raise ValueError("structured_output is not supported by SpecDecodeEngine; use LLMEngine")
         max_new = check_int("max_new_tokens", params.max_tokens if max_new_tokens is None else max_new_tokens, 1)
         waiting = []
         for i, prompt in enumerate(prompts):
