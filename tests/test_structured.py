@@ -384,3 +384,57 @@ def test_panel_refuses_duplicate_keys_and_never_raises(tiny_lm):
     assert panel.note.value == ""                   # no error line
     with pytest.raises(ValueError):
         structured_lab(tiny_lm, {"json": schema}, "x", seed=100)
+
+
+# ----------------------------------------------------------------------------- engine
+
+ENGINE_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["a", "bb", "ccc"]},
+                                                  "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+                 "required": ["ok", "kind", "n"]}
+
+
+def _engine_outputs(lm, prompts, **engine_kw):
+    from labsupport.engine import LLMEngine
+    engine = LLMEngine(lm, **engine_kw)
+    params = SamplingParams(temperature=1.0, max_tokens=40, structured_output={"json": ENGINE_SCHEMA})
+    ids = [engine.add_request(p, params.replace(seed=10 + k)) for k, p in enumerate(prompts)]
+    outs = {o.request_id: o for o in engine.run()}
+    return engine, [outs[i] for i in ids]
+
+
+def test_engine_structured_output_survives_preemption_and_chunked_prefill(tiny_lm):
+    prompts = [[(7 * k + 3 * j) % 4000 + 5 for j in range(n)] for k, n in enumerate([9, 14, 6, 11])]
+    _, roomy = _engine_outputs(tiny_lm, prompts, block_size=4, num_blocks=128)
+    for o in roomy:
+        assert o.finish_reason == "stop"
+        jsonschema.validate(json.loads(o.text), ENGINE_SCHEMA)
+    for kw in ({"num_blocks": 14, "preemption_mode": "recompute"},
+               {"num_blocks": 14, "preemption_mode": "swap", "num_cpu_blocks": 64},
+               {"num_blocks": 128, "enable_chunked_prefill": True, "max_prefill_chunk": 4, "max_num_batched_tokens": 8}):
+        engine, outs = _engine_outputs(tiny_lm, prompts, block_size=4, **kw)
+        if "preemption_mode" in kw:
+            assert sum(o.metrics.num_preemptions for o in outs) > 0, kw
+        assert [o.token_ids for o in outs] == [o.token_ids for o in roomy], kw      # same seeded tokens
+        for o in outs:
+            jsonschema.validate(json.loads(o.text), ENGINE_SCHEMA)
+    for rid, req in engine.requests.items():      # the cached state is the replayed one
+        assert req.grammar_state() == req.grammar.state_after(req.seq.output_ids), rid
+
+
+def test_engine_equals_generate_with_structured_output(tiny_lm):
+    from labsupport.engine import LLMEngine
+    params = SamplingParams(temperature=0.9, max_tokens=30, seed=4, structured_output={"json": ENGINE_SCHEMA})
+    want = generate(tiny_lm, [11, 12, 13], params, record=False)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64)
+    (out,) = engine.generate([[11, 12, 13]], params)
+    assert out.token_ids == want.token_ids and out.text == want.text
+    greedy = SamplingParams(temperature=0.0, max_tokens=30, structured_output={"choice": ["left", "right"]})
+    outs = LLMEngine(tiny_lm, block_size=4, num_blocks=64).generate([[5, 6], [7, 8, 9]], greedy.replace(n=2))
+    assert all(o.text in ("left", "right") for o in outs)
+
+
+def test_engine_without_tokenizer_refuses_structured_output(tiny_lm):
+    from labsupport.engine import LLMEngine
+    engine = LLMEngine(tiny_lm.model, block_size=4, num_blocks=16)
+    with pytest.raises(ValueError, match="tokenizer"):
+        engine.add_request([1, 2, 3], SamplingParams(structured_output={"regex": "a+"}))
