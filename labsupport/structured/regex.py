@@ -10,7 +10,8 @@ Supported regex syntax (the whole string must match; ``^`` / ``$`` at the ends a
 and ignored): literals, ``.`` (any character but newline), escapes ``\\d \\w \\s \\D \\W \\S``
 ``\\n \\t \\r \\f \\v \\uXXXX \\xHH`` and escaped metacharacters, classes ``[a-z0-9_]`` and
 ``[^...]``, groups ``( )`` and ``(?: )``, alternation ``|``, quantifiers ``* + ? {m} {m,}
-{m,n}``. Back-references, look-around, lazy quantifiers and anchors inside the pattern are
+{m,n}``. ``\\d \\w \\s`` are ASCII classes (as with ``re.ASCII`` and in XGrammar).
+Back-references, look-around, lazy quantifiers and anchors inside the pattern are
 not regular (or not needed) and raise ``ValueError`` naming the construct.
 """
 
@@ -121,7 +122,6 @@ SPACE = normalise([(9, 13), (32, 32)])
 CLASS_ESCAPES = {"d": DIGIT, "w": WORD, "s": SPACE,
                  "D": complement(DIGIT), "W": complement(WORD), "S": complement(SPACE)}
 CHAR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
-META = set("\\.^$|?*+()[]{}/-\"'")
 
 
 def _escape(pattern: str, i: int) -> tuple[tuple[tuple[int, int], ...], int]:
