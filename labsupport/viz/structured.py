@@ -146,7 +146,7 @@ def pick_candidates(model_probs, masked_probs, n: int) -> list[int]:
 
 def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float], probs_after: Sequence[float],
                              allowed: Sequence[bool], *, title: str = "Top candidates: model vs grammar-masked") -> go.Figure:
-    """Bars of the model's probability (grey) and the masked, renormalised one (blue/red).
+    """Bars of the model's probability (grey) and the distribution actually sampled from (blue/red).
 
     A refused candidate's masked probability is exactly 0 (its bar vanishes; its label turns
     red). Two traces: ``model`` and ``with grammar``.
@@ -160,7 +160,7 @@ def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float
     labels = unique_labels(list(tokens))
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=list(probs_before), name="model (no grammar)", marker_color=BEFORE_COLOR))
-    fig.add_trace(go.Bar(x=labels, y=list(probs_after), name="with grammar (renormalised)",
+    fig.add_trace(go.Bar(x=labels, y=list(probs_after), name="sampled from (mask + temperature)",
                          marker_color=[ALLOWED_COLOR if a else REFUSED_COLOR for a in allowed],
                          text=["" if a else "0" for a in allowed], textposition="outside"))
     fig.update_layout(barmode="group", xaxis={"type": "category", "title": "candidate token"},
