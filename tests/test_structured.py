@@ -137,9 +137,11 @@ def test_bad_specs_raise(spec, error):
         SamplingParams(structured_output=spec)
 
 
-def test_structured_output_refuses_ignore_eos():
+def test_structured_output_refuses_ignore_eos_and_min_tokens():
     with pytest.raises(ValueError, match="ignore_eos"):
         SamplingParams(structured_output={"regex": "a+"}, ignore_eos=True)
+    with pytest.raises(ValueError, match="min_tokens"):
+        SamplingParams(structured_output={"regex": "a+"}, min_tokens=2)
 
 
 # ----------------------------------------------------------------------------- token masks

@@ -55,10 +55,10 @@ class _Request:
     grammar_at: tuple[int, int] = (0, 0)                   # (output tokens consumed, grammar state)
 
     def grammar_state(self) -> int:
-        """The grammar state after the output so far; recomputed from the output tokens whenever
-        they are not the ones last consumed (after a preemption, a fork), else a cached look-up."""
+        """The grammar state after the output so far: a cached look-up, replayed from the output
+        tokens whenever they are not the ones last consumed (a fork, a preempted request)."""
         done, state = self.grammar_at
-        if done != len(self.seq.output_ids):                   # outputs appended elsewhere: replay them
+        if done != len(self.seq.output_ids):
             state = self.grammar.state_after(self.seq.output_ids)
             self.grammar_at = (len(self.seq.output_ids), state)
         return state
@@ -100,9 +100,9 @@ class LLMEngine:
         self.scheduler = Scheduler(SchedulerConfig(cfg.max_num_seqs, budget, cfg.preemption_mode,
                                                    cfg.enable_chunked_prefill, cfg.max_prefill_chunk),
                                    self.block_manager)
-        self.eos_token_ids = eos_ids_of(getattr(model.config, "eos_token_id", None),
-                                        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                                        getattr(self.tokenizer, "eos_token_id", None))
+        self.eos_token_ids = (lm.eos_token_ids if hasattr(lm, "eos_token_ids") else
+                              eos_ids_of(getattr(model.config, "eos_token_id", None),
+                                         getattr(getattr(model, "generation_config", None), "eos_token_id", None)))
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
         self.requests: dict[str, _Request] = {}
         self.history: list[EngineSnapshot] = []
@@ -313,7 +313,8 @@ class LLMEngine:
         rows = self._rows_to_sample(out, now)                                  # 4. sample
         masks = [r.grammar.allowed_token_mask(r.grammar_state()) if r.grammar is not None else None
                  for _, r in rows]                                     # structured output: per-request masks
-        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids) for i, r in rows], masks)
+        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
+                                       r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
             self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions

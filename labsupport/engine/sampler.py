@@ -10,17 +10,18 @@ from ..sampling import SamplingParams, sample
 
 
 def sample_rows(logits: torch.Tensor,
-                rows: Sequence[tuple[int, SamplingParams, torch.Generator | None, list[int]]],
+                rows: Sequence[tuple[int, SamplingParams, torch.Generator | None, list[int], int, frozenset[int]]],
                 allowed: Sequence[torch.Tensor | None] | None = None) -> list[int]:
     """One token per row: every plain-greedy row in one arg-max, and the rows that share the same
     settings and the same generator in one :func:`~labsupport.sampling.sample` call.
 
     Args:
         logits: ``(B, vocab)`` float32, one row per scheduled sequence.
-        rows: ``(logits row, params, generator, token ids so far)`` for each sequence to sample
-            (several entries may read the same row: the samples of a request with ``n > 1``).
+        rows: ``(logits row, params, generator, token ids so far, prompt length, end ids)`` for
+            each sequence to sample (several entries may read the same row: the samples of a
+            request with ``n > 1``); prompt length and end ids serve the penalties and ``min_tokens``.
         allowed: per entry of ``rows``, a ``(vocab,)`` bool grammar mask or ``None``
-            (structured output); all masks are applied in one masked fill before sampling.
+            (structured output); all masks of the step are applied in one masked fill.
 
     Returns:
         the token ids, in the order of ``rows``.
@@ -37,16 +38,17 @@ def sample_rows(logits: torch.Tensor,
         index = list(range(len(rows)))
     tokens = [0] * len(rows)
     groups: dict[tuple, list[int]] = {}
-    for j, (_, params, generator, _) in enumerate(rows):
-        key = ("greedy",) if params.is_plain_greedy else (params, id(generator))
+    for j, (_, params, generator, _, _, end_ids) in enumerate(rows):
+        key = ("greedy",) if params.is_plain_greedy else (params, id(generator), end_ids)
         groups.setdefault(key, []).append(j)
     for key, members in groups.items():
         picked = logits[[index[j] for j in members]]
         if key == ("greedy",):
             ids = picked.argmax(dim=-1).tolist()
         else:
-            _, params, generator, _ = rows[members[0]]
-            ids = sample(picked, params, generator, [rows[j][3] for j in members]).tolist()
+            _, params, generator, _, _, end_ids = rows[members[0]]
+            ids = sample(picked, params, generator, [rows[j][3] for j in members],
+                         prompt_lens=[rows[j][4] for j in members], end_ids=end_ids).tolist()
         for j, t in zip(members, ids):
             tokens[j] = int(t)
     return tokens
