@@ -51,6 +51,17 @@ class _Request:
     order: int
     forked: bool = False
     children: list[str] = field(default_factory=list)     # ids of its forks, in fork order
+    grammar: object = None                                 # compiled structured output, or None
+    grammar_at: tuple[int, int] = (0, 0)                   # (output tokens consumed, grammar state)
+
+    def grammar_state(self) -> int:
+        """The grammar state after the output so far: a cached look-up, replayed from the output
+        tokens whenever they are not the ones last consumed (a fork, a preempted request)."""
+        done, state = self.grammar_at
+        if done != len(self.seq.output_ids):
+            state = self.grammar.state_after(self.seq.output_ids)
+            self.grammar_at = (len(self.seq.output_ids), state)
+        return state
 
 
 class LLMEngine:
@@ -160,7 +171,8 @@ class LLMEngine:
         seq = Seq(request_id, ids, max_new)
         req = _Request(seq, params, text, self._generator_for(params, 0),
                        StopRule.from_params(params, self.eos_token_ids, max_new),
-                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order))
+                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
+                       grammar=self._grammar(params))
         self.requests[request_id] = req
         problem = None
         if room < 1:
@@ -249,6 +261,20 @@ class LLMEngine:
             outs.append(self.output(rid))
         return outs
 
+    def _grammar(self, params: SamplingParams):
+        """The compiled grammar of ``params.structured_output`` (cached per tokenizer and spec), or None.
+
+        Raises:
+            ValueError: structured output without a tokenizer.
+        """
+        if params.structured_output is None:
+            return None
+        if self.tokenizer is None:
+            raise ValueError("structured_output needs a tokenizer (the engine was given a bare model)")
+        from ..structured import compile_structured_output
+        return compile_structured_output(params.structured_output, self.tokenizer, vocab_size=self.runner.vocab_size,
+                                         eos_token_id=self.eos_token_id, device=self.runner.device)
+
     def _generator_for(self, params: SamplingParams, k: int) -> torch.Generator | None:
         if params.greedy:
             return None
@@ -299,7 +325,8 @@ class LLMEngine:
                 waiting_at += 1
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
             self.requests[child_id] = _Request(child, req.params, req.prompt, self._generator_for(req.params, k),
-                                               req.stop_rule, metrics, next(self._order), forked=True)
+                                               req.stop_rule, metrics, next(self._order), forked=True,
+                                               grammar=req.grammar, grammar_at=req.grammar_at)
             req.children.append(child_id)
             new_ids.append(child_id)
         req.forked = True
@@ -334,8 +361,10 @@ class LLMEngine:
         self.scheduler.on_step_done(out)
         now = self.config.clock()
         rows = self._rows_to_sample(out, now)                                  # 4. sample
+        masks = [r.grammar.allowed_token_mask(r.grammar_state()) if r.grammar is not None else None
+                 for _, r in rows]                                     # structured output: per-request masks
         tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
-                                       r.stop_rule.end_ids) for i, r in rows])
+                                       r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
             self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions
@@ -365,6 +394,8 @@ class LLMEngine:
         finished = []
         for (_, req), token in zip(rows, tokens):
             seq = req.seq
+            if req.grammar is not None:                                # advance before appending
+                req.grammar_at = (len(seq.output_ids) + 1, req.grammar.advance(req.grammar_state(), token))
             seq.output_ids.append(token)
             req.metrics.token_times.append(now)
             if req.metrics.first_token_time is None:
