@@ -14,14 +14,14 @@ import copy
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+from labsupport import speculative as spec
+from labsupport.beam import beam_search
+from labsupport.engine import BlockManager, LLMEngine, ModelRunner
+from labsupport.generation import generate, generate_batch
+from labsupport.models import LoadedModel, load_model
+from labsupport.sampling import GREEDY, SamplingParams
 
-from labsupport import speculative as spec  # noqa: E402
-from labsupport.beam import beam_search  # noqa: E402
-from labsupport.engine import BlockManager, LLMEngine, ModelRunner  # noqa: E402
-from labsupport.generation import generate, generate_batch  # noqa: E402
-from labsupport.models import LoadedModel, load_model  # noqa: E402
-from labsupport.sampling import GREEDY, SamplingParams  # noqa: E402
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
 
 GREEDY_NO_EOS = GREEDY.replace(ignore_eos=True)
 CUDA = torch.device("cuda")
