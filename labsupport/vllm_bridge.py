@@ -147,6 +147,15 @@ class VLLMWorker:
         self.close()
 
 
+def plain_signature(fn) -> str:
+    """A signature without annotations or ``self``: ``(prompt, params=…, max_new_tokens=None, …)``."""
+    import inspect
+
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(fn).parameters.values()
+              if p.name != "self"]
+    return str(inspect.Signature(params))
+
+
 def requests_for(prompts: Sequence[Sequence[int]], max_tokens: int | Sequence[int]) -> list[dict]:
     """The request list both engines get: prompt ids and a number of new tokens each."""
     lengths = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)

@@ -114,9 +114,16 @@ def api() -> dict:
     def sig(fn) -> str:
         return str(inspect.signature(fn))
 
+    def names(fn) -> str:
+        """The signature without annotations: ``(request_id, prompt, params, arrival_time=None, …)``."""
+        params = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(fn).parameters.values()
+                  if p.name != "self"]
+        return str(inspect.Signature(params))
+
     fields = list(getattr(SamplingParams, "__struct_fields__", ()) or inspect.signature(SamplingParams).parameters)
     return {"ok": True, "vllm_version": vllm.__version__,
             "LLMEngine.add_request": sig(LLMEngine.add_request), "LLMEngine.step": sig(LLMEngine.step),
+            "LLMEngine.add_request.names": names(LLMEngine.add_request),
             "LLMEngine.has_unfinished_requests": sig(LLMEngine.has_unfinished_requests),
             "LLM.generate": sig(vllm.LLM.generate), "SamplingParams.fields": fields,
             "RequestOutput.__init__": sig(RequestOutput.__init__),
