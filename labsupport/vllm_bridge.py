@@ -148,11 +148,20 @@ class VLLMWorker:
 
 
 def plain_signature(fn) -> str:
-    """A signature without annotations or ``self``: ``(prompt, params=…, max_new_tokens=None, …)``."""
+    """A signature without annotations or ``self``, long defaults shortened to ``Type(…)``:
+    ``(prompt, params=SamplingParams(…), max_new_tokens=None, request_id=None, arrival_time=None)``."""
     import inspect
 
-    params = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(fn).parameters.values()
-              if p.name != "self"]
+    class Short:
+        def __init__(self, value):
+            self.text = repr(value) if len(repr(value)) <= 24 else f"{type(value).__name__}(…)"
+
+        def __repr__(self) -> str:
+            return self.text
+
+    params = [p.replace(annotation=inspect.Parameter.empty,
+                        default=p.default if p.default is inspect.Parameter.empty else Short(p.default))
+              for p in inspect.signature(fn).parameters.values() if p.name != "self"]
     return str(inspect.Signature(params))
 
 

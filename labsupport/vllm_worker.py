@@ -116,8 +116,9 @@ def api() -> dict:
 
     def names(fn) -> str:
         """The signature without annotations: ``(request_id, prompt, params, arrival_time=None, …)``."""
-        params = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(fn).parameters.values()
-                  if p.name != "self"]
+        params = [p.replace(annotation=inspect.Parameter.empty,
+                            default=p.default if p.default is inspect.Parameter.empty or len(repr(p.default)) <= 24
+                            else ...) for p in inspect.signature(fn).parameters.values() if p.name != "self"]
         return str(inspect.Signature(params))
 
     fields = list(getattr(SamplingParams, "__struct_fields__", ()) or inspect.signature(SamplingParams).parameters)
