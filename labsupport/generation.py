@@ -1,4 +1,4 @@
-"""The autoregressive generation loop (seed 001 §1): input → logits → sample → append → repeat.
+"""The autoregressive generation loop: input → logits → sample → append → repeat.
 
 ``generate`` runs it on a real model, with a KV cache (prefill once, then one token per
 decode step) or without (the whole sequence is recomputed every step), and records each
@@ -22,6 +22,7 @@ import torch
 
 from .models import LoadedModel, max_positions, model_forward
 from .sampling import GREEDY, SamplingParams, entropy_bits, probs_from_logits, sample
+from .validation import check_int
 
 
 @dataclass
@@ -179,8 +180,7 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     _check_params(params)
     ids = _prompt_ids(lm, prompt)
     max_new = _check_length(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
-    if isinstance(top_n, bool) or not isinstance(top_n, numbers.Integral) or top_n < 0:
-        raise ValueError(f"top_n must be an integer >= 0, got {top_n!r}")
+    check_int("top_n", top_n, 0)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     eos = None if params.ignore_eos else lm.eos_token_id
@@ -231,8 +231,7 @@ def left_pad(batch_ids: Sequence[Sequence[int]], pad_id: int,
 
     Returns:
         ``input_ids (batch, L)``, ``attention_mask (batch, L)`` (1 = real token) and
-        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding
-        (case C12); pad slots get position 0 (they are masked out anyway).
+        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding; pad slots get position 0 (they are masked out anyway).
     """
     if not batch_ids or any(len(r) == 0 for r in batch_ids):
         raise ValueError("batch_ids must be a non-empty list of non-empty id lists")
@@ -253,7 +252,7 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     """Generate for several prompts at once, left-padded, with a KV cache.
 
     Each row stops on its own EOS / stop string (finished rows keep being fed padding and
-    their outputs are ignored). Greedy rows equal their unbatched :func:`generate` (case C12).
+    their outputs are ignored). Greedy rows equal their unbatched :func:`generate`.
 
     Args:
         prompts: texts or id lists (any mix of lengths).
@@ -318,14 +317,14 @@ def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
 
     With a KV cache the prompt is prefilled once and each later token costs one forward:
     ``P + n - 1`` (the last sampled token is never fed back). Without it every step
-    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2`` (seed 001, KV cache).
+    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2``.
 
     Raises:
-        ValueError: ``prompt_len`` or ``new_tokens`` not an integer >= 1.
+        TypeError: ``prompt_len`` or ``new_tokens`` not an integer.
+        ValueError: ``prompt_len`` or ``new_tokens`` < 1.
     """
-    for name, value in (("prompt_len", prompt_len), ("new_tokens", new_tokens)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
     if use_cache:
         return prompt_len + new_tokens - 1
     return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
@@ -337,7 +336,7 @@ def log2_prob(logprob: float) -> float:
 
 
 def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int] | None:
-    """Detect the repetition loop that greedy decoding falls into (seed 001 §3, "greedy").
+    """Detect the repetition loop that greedy decoding falls into (Holtzman et al., 2019, §3).
 
     Looks for the shortest period ``p`` such that the sequence *ends* with a stretch where
     ``ids[j] == ids[j - p]`` that is at least ``min_repeats · p`` tokens long.
@@ -351,10 +350,10 @@ def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int]
         tokens, or ``None`` when the sequence does not end in a loop.
 
     Raises:
-        ValueError: ``min_repeats`` is not an integer ≥ 2.
+        TypeError: ``min_repeats`` is not an integer.
+        ValueError: ``min_repeats`` < 2.
     """
-    if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 2:
-        raise ValueError(f"min_repeats must be an integer >= 2, got {min_repeats!r}")
+    check_int("min_repeats", min_repeats, 2)
     ids = [int(i) for i in token_ids]
     n = len(ids)
     for period in range(1, n // min_repeats + 1):

@@ -3,21 +3,21 @@
 Every processor takes logits of shape ``(batch, vocab)`` (a 1-D ``(vocab,)`` tensor is
 accepted and treated as a batch of one) and returns float32 logits of the same shape in
 which removed candidates are ``-inf``. Working in float32 means fp16/bf16 logits divided by
-a tiny temperature cannot overflow to ``inf`` (case C07).
+a tiny temperature cannot overflow to ``inf``.
 
-The pipeline order is the one of seed 001 (Chapter 08, "꼬리 자르기") and of Hugging Face
-``generate``::
+The pipeline order is the one of Hugging Face ``generate`` (and of vLLM's sampler)::
 
     repetition penalty → temperature → top-k → top-p → min-p → renormalise → sample
 
-so top-p and min-p see the *temperature-scaled* distribution (case C03). Temperature 0 means
-greedy: the arg-max of the penalised logits, with no division at all (case C06).
+so top-p and min-p see the *temperature-scaled* distribution. Temperature 0 means
+greedy: the arg-max of the penalised logits, with no division at all.
 
 ``-inf`` is a removed candidate. Logits holding NaN or ``+inf``, or a row whose candidates are
 all ``-inf``, have no distribution to sample from: every function here raises ``ValueError``
 for them rather than returning NaN probabilities or a silent arg-max of garbage.
 
-Sources: temperature softmax and entropy/perplexity (seed 001 §2); top-k (Fan et al., 2018);
+Sources: temperature softmax (Hinton et al., 2015; Ackley et al., 1985); entropy and
+perplexity (Shannon, 1948; Jelinek et al., 1977); top-k (Fan et al., 2018);
 top-p / nucleus (Holtzman et al., 2019); min-p (Nguyen et al., 2024); repetition penalty
 (Keskar et al., 2019, CTRL).
 """
@@ -25,11 +25,12 @@ top-p / nucleus (Holtzman et al., 2019); min-p (Nguyen et al., 2024); repetition
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
+
+from .validation import check_bool, check_int, check_real
 
 NEG_INF = float("-inf")
 
@@ -73,7 +74,7 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
     """CTRL repetition penalty (Keskar et al., 2019): make every already-seen token less likely.
 
     A seen token's logit is divided by ``penalty`` when positive and multiplied by it when
-    negative, so both move down (case C08: ``[-2, 1, 0.5]`` with tokens 0, 1 seen and 2.0
+    negative, so both move down (``[-2, 1, 0.5]`` with tokens 0, 1 seen and 2.0
     gives ``[-4, 0.5, 0.5]``). A token counts once however often it was seen.
 
     Args:
@@ -84,6 +85,7 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
             beyond float32's range saturates at ±3.4e38 (it never becomes ±inf).
 
     Raises:
+        TypeError: ``penalty`` not a number.
         ValueError: ``penalty`` is not > 0, or an id is outside the vocabulary.
     """
     _check_positive("repetition_penalty", penalty)
@@ -106,7 +108,7 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Scale logits by 1/T (seed 001 §2: ``p_i = exp(z_i/T) / Σ exp(z_j/T)``).
+    """Scale logits by 1/T (``p_i = exp(z_i/T) / Σ exp(z_j/T)``).
 
     The row maximum is subtracted *before* dividing, which leaves the softmax unchanged
     (shift invariance) and keeps tiny temperatures finite: the winner stays at 0, the others
@@ -117,10 +119,10 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         temperature: T > 0. (T = 0 is greedy; :func:`sample` handles it without dividing.)
 
     Raises:
+        TypeError: T is not a number.
         ValueError: T is not a finite number > 0.
     """
-    if not (_is_real(temperature) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0 here (0 means greedy in sample()), got {temperature!r}")
+    check_real("temperature", temperature, 0, low_open=True, hint=" here (0 means greedy in sample())")
     z = _as_2d(logits)
     top = z.max(dim=-1, keepdim=True).values                       # finite: _as_2d checked
     scaled = torch.where(z == top, 0.0, (z - top) / float(temperature))   # 0 / (T → 0 in fp32) is not NaN
@@ -131,14 +133,13 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits, set the rest to ``-inf`` (Fan et al., 2018).
 
     ``top_k = 0`` disables the filter and ``top_k`` larger than the vocabulary keeps
-    everything (case C04). Ties at the k-th value are all kept.
+    everything. Ties at the k-th value are all kept.
 
     Raises:
-        ValueError: ``top_k`` is not an integer ≥ 0.
+        TypeError: ``top_k`` is not an integer.
+        ValueError: ``top_k`` < 0.
     """
-    if not _is_int(top_k) or top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
-    top_k = int(top_k)
+    top_k = check_int("top_k", top_k, 0, hint=" (0 disables it)")
     z = _as_2d(logits)
     if top_k == 0 or top_k >= z.shape[-1]:
         return _restore(z.clone(), logits)
@@ -151,18 +152,17 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
     Candidates are sorted by probability; one is kept when the mass of the candidates
     *before* it is still below ``top_p``. The most likely token is therefore always kept, and
-    ``[0.5, 0.25, 0.125, 0.125]`` keeps ``{0, 1}`` at p = 0.75 but ``{0, 1, 2}`` at 0.76
-    (case C01). ``top_p = 1`` keeps everything.
+    ``[0.5, 0.25, 0.125, 0.125]`` keeps ``{0, 1}`` at p = 0.75 but ``{0, 1, 2}`` at 0.76. ``top_p = 1`` keeps everything.
 
     Args:
         logits: ``(batch, vocab)`` or ``(vocab,)``; computed in float32.
-        top_p: p in (0, 1]. p = 0 is rejected (use temperature 0 for greedy, case C02).
+        top_p: p in (0, 1]. p = 0 is rejected (use temperature 0 for greedy).
 
     Raises:
+        TypeError: ``top_p`` not a number.
         ValueError: ``top_p`` outside (0, 1].
     """
-    if not (_is_real(top_p) and 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r} (use temperature=0 for greedy)")
+    check_real("top_p", top_p, 0, 1, low_open=True, hint=" (use temperature=0 for greedy)")
     z = _as_2d(logits)
     if top_p >= 1.0:
         return _restore(z.clone(), logits)
@@ -179,14 +179,14 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     """Min-p filter (Nguyen et al., 2024): drop candidates with ``p_i < min_p · max_j p_j``.
 
     The threshold scales with the model's confidence. The arg-max always passes, so the kept
-    set is never empty (case C05: ``[0.1, 0.2, 0.3, 0.4]`` keeps all / ``{1,2,3}`` / ``{3}`` /
-    ``{3}`` at min-p 0 / 0.26 / 0.76 / 1.0).
+    set is never empty: ``[0.1, 0.2, 0.3, 0.4]`` keeps all / ``{1,2,3}`` / ``{3}`` /
+    ``{3}`` at min-p 0 / 0.26 / 0.76 / 1.0.
 
     Raises:
+        TypeError: ``min_p`` not a number.
         ValueError: ``min_p`` outside [0, 1].
     """
-    if not (_is_real(min_p) and 0.0 <= min_p <= 1.0):
-        raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
+    check_real("min_p", min_p, 0, 1)
     z = _as_2d(logits)
     if min_p == 0.0:
         return _restore(z.clone(), logits)
@@ -198,19 +198,8 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- parameters
 
-def _is_int(value) -> bool:
-    """An integer (Python or numpy), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    """A real number (Python or numpy int/float), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not (_is_real(value) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+def _check_positive(name: str, value: float) -> float:
+    return check_real(name, value, 0, low_open=True)
 
 
 def _is_row(ids) -> bool:
@@ -259,6 +248,7 @@ class SamplingParams:
     string, a list of strings or ``None``.
 
     Raises:
+        TypeError: a field of the wrong type (``top_k=2.0``, ``temperature="0.5"``, ``ignore_eos=1``).
         ValueError: any field outside its range, naming the field, the value and the range.
     """
 
@@ -274,28 +264,22 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        t = self.temperature
-        if not _is_real(t) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
-        if not _is_real(self.top_p) or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r} (use temperature=0 for greedy)")
-        if not _is_real(self.min_p) or not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p!r}")
+        check_real("temperature", self.temperature, 0, hint=" (0 = greedy)")
+        check_int("top_k", self.top_k, 0, hint=" (0 disables it)")
+        check_real("top_p", self.top_p, 0, 1, low_open=True, hint=" (use temperature=0 for greedy)")
+        check_real("min_p", self.min_p, 0, 1)
         _check_positive("repetition_penalty", self.repetition_penalty)
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not _is_int(self.n) or self.n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
+        check_int("max_tokens", self.max_tokens, 1)
+        check_int("n", self.n, 1)
         raw_stop = () if self.stop is None else self.stop
         stop = (raw_stop,) if isinstance(raw_stop, str) else raw_stop
-        if not isinstance(stop, (list, tuple)) or any(not isinstance(s, str) or s == "" for s in stop):
+        if not isinstance(stop, (list, tuple)) or any(not isinstance(s, str) for s in stop):
+            raise TypeError(f"stop must be non-empty strings (one, a list of them, or None), got {self.stop!r}")
+        if any(s == "" for s in stop):
             raise ValueError(f"stop must be non-empty strings (one, a list of them, or None), got {self.stop!r}")
-        if not isinstance(self.ignore_eos, bool):
-            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")  # noqa: TRY004
-        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2 ** 63):
-            raise ValueError(f"seed must be an integer in [0, 2**63) or None, got {self.seed!r}")
+        check_bool("ignore_eos", self.ignore_eos)
+        if self.seed is not None:
+            check_int("seed", self.seed, 0, 2 ** 63 - 1, hint=" or None")
         for name, kind in (("temperature", float), ("top_k", int), ("top_p", float), ("min_p", float),
                            ("repetition_penalty", float), ("max_tokens", int), ("n", int)):
             object.__setattr__(self, name, kind(getattr(self, name)))   # numpy scalars → int / float
@@ -307,6 +291,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when decoding is the arg-max (temperature 0)."""
         return self.temperature == 0
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        """True when the next token is the arg-max of the raw logits: greedy with no penalty."""
+        return self.greedy and self.repetition_penalty == 1.0
 
     def replace(self, **changes) -> SamplingParams:
         """A copy with some fields changed (validated again)."""
@@ -431,7 +420,7 @@ def trace_filters(logits: torch.Tensor, params: SamplingParams,
 # ----------------------------------------------------------------------------- measures
 
 def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy ``H(p) = -Σ p_i log2 p_i`` in bits, over the last dimension (seed 001 §2).
+    """Shannon entropy ``H(p) = -Σ p_i log2 p_i`` in bits, over the last dimension (Shannon, 1948).
 
     Zero-probability entries contribute 0 (no NaN). Input ``(..., vocab)``; output ``(...)``.
 
@@ -466,17 +455,17 @@ def candidates_for_mass(probs: torch.Tensor, mass: float = 0.9) -> int:
     """How many of the most likely candidates are needed to reach ``mass`` (e.g. 90 %).
 
     Raises:
+        TypeError: ``mass`` not a number.
         ValueError: ``mass`` outside (0, 1].
     """
-    if not (_is_real(mass) and 0.0 < mass <= 1.0):
-        raise ValueError(f"mass must be in (0, 1], got {mass!r}")
+    check_real("mass", mass, 0, 1, low_open=True)
     p = torch.sort(probs.float().flatten(), descending=True).values
     csum = torch.cumsum(p, dim=0)
     return int(min(len(p), int((csum < mass - 1e-9).sum()) + 1))
 
 
 def probability_ratio(logit_gap: float, temperature: float) -> float:
-    """``p_i / p_j = exp((z_i - z_j) / T)`` for a logit gap at temperature T (seed 001 §2).
+    """``p_i / p_j = exp((z_i - z_j) / T)`` for a logit gap at temperature T.
 
     Gap 2 gives ≈ 7.4 at T = 1, ≈ 55 at T = 0.5 and ≈ 2.7 at T = 2. A ratio beyond the
     float range (e.g. gap 100 at T = 0.01) is ``inf``.

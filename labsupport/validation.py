@@ -140,7 +140,7 @@ def check_token_ids(name: str, ids: Any, vocab_size: int, *, allow_empty: bool =
         raise TypeError(f"{name} must hold integer token ids, got {bad[0]!r} ({type(bad[0]).__name__})")
     out = [int(t) for t in ids]
     if not out and not allow_empty:
-        raise ValueError(f"{name} must contain at least one token id, got an empty sequence")
+        raise ValueError(f"{name} must contain at least one token id, got an empty {name}")
     wrong = [t for t in out if not 0 <= t < vocab_size]
     if wrong:
         raise ValueError(f"{name} must be token ids in [0, {vocab_size}), got {wrong[:5]}")

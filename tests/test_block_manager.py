@@ -1,4 +1,4 @@
-"""BlockManager: block tables, ref counts, copy-on-write, prefix caching, swap (cases C13–C15)."""
+"""BlockManager: block tables, ref counts, copy-on-write, prefix caching, swap."""
 
 import pytest
 
@@ -17,8 +17,8 @@ def run_request(bm: BlockManager, seq_id, prompt, new_tokens):
     bm.free(seq_id)
 
 
-# ---------------------------------------------------------------------------- C13
-def test_c13_hash_chains_parent_and_all_token_ids():
+# ---------------------------------------------------------------------------- prefix hashes
+def test_hash_chains_parent_and_all_token_ids():
     a = block_hash(None, [65, 1, 2, 3])
     b = block_hash(None, [321, 1, 2, 3])
     after_a = block_hash(a, [7, 8, 9, 10])
@@ -28,22 +28,22 @@ def test_c13_hash_chains_parent_and_all_token_ids():
     assert block_hash(a, (7, 8, 9, 10)) == after_a              # a function of the values only
 
 
-def test_c13_same_block_after_different_parents_is_a_miss():
+def test_same_block_after_different_parents_is_a_miss():
     bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
     run_request(bm, "a", [65, 1, 2, 3, 7, 8, 9, 10, 11], [0])
-    assert bm.num_cached_blocks == 2
-    assert bm.num_cached_prefix_tokens([321, 1, 2, 3, 7, 8, 9, 10, 11]) == 0
-    assert bm.num_cached_prefix_tokens([65, 1, 2, 3, 7, 8, 9, 10, 99]) == 8
-    assert bm.num_cached_prefix_tokens([65, 1, 2, 3, 7, 8, 9, 99, 99]) == 4
+    assert bm.num_evictable_blocks == 2
+    assert bm.num_prefix_hit_tokens([321, 1, 2, 3, 7, 8, 9, 10, 11]) == 0
+    assert bm.num_prefix_hit_tokens([65, 1, 2, 3, 7, 8, 9, 10, 99]) == 8
+    assert bm.num_prefix_hit_tokens([65, 1, 2, 3, 7, 8, 9, 99, 99]) == 4
 
 
-def test_c13_hash_collision_is_confirmed_by_token_ids():
+def test_hash_collision_is_confirmed_by_token_ids():
     bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True, hash_fn=lambda p, t: 0)
     run_request(bm, "a", [65, 1, 2, 3, 9], [0])
     cached = [b.block_id for b in bm.blocks if b.hash is not None]
     assert len(cached) == 1
     # same hash (0), different ids: a miss, and fresh blocks
-    assert bm.num_cached_prefix_tokens([321, 1, 2, 3, 9]) == 0
+    assert bm.num_prefix_hit_tokens([321, 1, 2, 3, 9]) == 0
     assert bm.allocate("b", [321, 1, 2, 3, 9]) == 0
     assert cached[0] not in bm.block_table("b")
     # same ids: a confirmed hit on the stored block
@@ -62,11 +62,11 @@ def test_prefix_hit_never_covers_the_last_token():
 def test_blocks_are_registered_only_once_computed():
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
-    assert bm.num_cached_prefix_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 0   # not computed yet
+    assert bm.num_prefix_hit_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 0   # not computed yet
     bm.mark_computed("a", 5)
-    assert bm.num_cached_prefix_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 4
+    assert bm.num_prefix_hit_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 4
     bm.mark_computed("a", 9)
-    assert bm.num_cached_prefix_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
+    assert bm.num_prefix_hit_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
     # a hit on a block another sequence holds costs no new block
     free_before = bm.num_available_blocks
     assert bm.allocate("b", [1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
@@ -74,9 +74,9 @@ def test_blocks_are_registered_only_once_computed():
     assert [bm.ref_count(b) for b in bm.block_table("b")] == [2, 2, 1]
 
 
-# ---------------------------------------------------------------------------- C14
+# ---------------------------------------------------------------------------- fork and copy-on-write
 @pytest.mark.parametrize("prefix_caching", [False, True])
-def test_c14_fork_and_copy_on_write(prefix_caching):
+def test_fork_and_copy_on_write(prefix_caching):
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=prefix_caching)
     initial = bm.num_free_blocks
     bm.allocate("A", [1, 2, 3, 4, 5, 6])
@@ -102,7 +102,7 @@ def test_c14_fork_and_copy_on_write(prefix_caching):
     bm.free("B")
     bm.audit()
     if prefix_caching:
-        assert bm.num_free_blocks + bm.num_cached_blocks == initial and bm.num_cached_blocks == 1
+        assert bm.num_free_blocks + bm.num_evictable_blocks == initial and bm.num_evictable_blocks == 1
     else:
         assert bm.num_free_blocks == initial
     assert bm.num_used_blocks == 0
@@ -116,23 +116,23 @@ def test_fork_with_full_last_block_needs_no_copy():
     assert copied_from is None and offset == 0 and block not in bm.block_table("A")
 
 
-# ---------------------------------------------------------------------------- C15
-def test_c15_pool_recycles_and_evicted_hash_is_gone():
+# ---------------------------------------------------------------------------- recycling and eviction
+def test_pool_recycles_and_evicted_hash_is_gone():
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
     prompts = [[100 * r + i for i in range(6)] for r in range(11)]
     for r in range(10):
         run_request(bm, r, prompts[r], [1000 * r + k for k in range(4)])
         assert bm.num_used_blocks == 0
-        assert bm.num_free_blocks + bm.num_cached_blocks == 8          # all free or evictable
+        assert bm.num_free_blocks + bm.num_evictable_blocks == 8          # all free or evictable
         bm.audit()
     assert bm.num_evictions > 0
     bm.allocate(10, prompts[10])                                      # the 11th allocates
     bm.audit()
     bm.free(10)
     first_key = block_hash(None, prompts[0][:4])
-    assert first_key not in bm._cached                                # evicted → entry removed
-    assert bm.num_cached_prefix_tokens(prompts[0]) == 0               # a miss, not stale data
-    assert bm.num_cached_prefix_tokens(prompts[9]) == 4               # a recent one still hits
+    assert not bm.pool.is_registered(first_key)                                # evicted → entry removed
+    assert bm.num_prefix_hit_tokens(prompts[0]) == 0               # a miss, not stale data
+    assert bm.num_prefix_hit_tokens(prompts[9]) == 4               # a recent one still hits
     assert bm.allocate("again", prompts[0]) == 0
 
 
@@ -140,13 +140,13 @@ def test_lru_evicts_least_recently_used_first():
     bm = BlockManager(num_blocks=3, block_size=2, enable_prefix_caching=True)
     run_request(bm, "x", [1, 2, 3], [0])          # caches block [1,2]
     run_request(bm, "y", [5, 6, 7], [0])          # caches block [5,6]
-    assert bm.num_cached_blocks == 2 and bm.num_free_blocks == 1
+    assert bm.num_evictable_blocks == 2 and bm.num_free_blocks == 1
     bm.allocate("x2", [1, 2, 9])                  # a hit touches [1,2] …
     bm.free("x2")                                 # … so [5,6] is now the least recently used
     bm.allocate("w", [20, 21, 22])                # 2 blocks: the free one + one eviction
     assert bm.num_evictions == 1
-    assert bm.num_cached_prefix_tokens([5, 6, 7]) == 0
-    assert bm.num_cached_prefix_tokens([1, 2, 3]) == 2
+    assert bm.num_prefix_hit_tokens([5, 6, 7]) == 0
+    assert bm.num_prefix_hit_tokens([1, 2, 3]) == 2
     bm.audit()
 
 

@@ -1,5 +1,5 @@
 """LLMEngine and ModelRunner: logits equal to Hugging Face, greedy equal to ``model.generate``
-with preemption (recompute, swap), prefix caching and chunked prefill; case C16; a randomised
+with preemption (recompute, swap), prefix caching and chunked prefill; preemption keeps every output; a randomised
 stream test (hypothesis); speculative-decoding hooks."""
 
 import pytest
@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from labsupport.engine import BlockManager, EngineConfig, LLMEngine, ModelRunner
+from labsupport.engine.extend import extend
 from labsupport.generation import generate
 from labsupport.sampling import GREEDY, SamplingParams
 
@@ -48,7 +49,7 @@ def test_logits_equal_hf_at_prefill_and_every_decode_step(tiny_lm, block_size):
     bm = BlockManager(num_blocks=256 // block_size + 8, block_size=block_size)
     runner = ModelRunner(tiny_lm, block_size, bm.num_blocks)
     seqs = {i: list(p) for i, p in enumerate(prompts)}
-    out = runner.extend(bm, seqs)                                  # mixed-length prefill batch
+    out = extend(runner, bm, seqs)                                  # mixed-length prefill batch
     with torch.no_grad():
         for i, p in seqs.items():
             ref = tiny_lm.model(torch.tensor([p])).logits[0]
@@ -56,7 +57,7 @@ def test_logits_equal_hf_at_prefill_and_every_decode_step(tiny_lm, block_size):
             torch.testing.assert_close(out[i], ref, atol=1e-4, rtol=0)
         for step in range(6):                                      # decode steps (seq 0: 2 tokens each)
             new = {i: [int(out[i][-1].argmax())] * (2 if i == 0 else 1) for i in seqs}
-            out = runner.extend(bm, new)
+            out = extend(runner, bm, new)
             for i in seqs:
                 seqs[i] += new[i]
                 ref = tiny_lm.model(torch.tensor([seqs[i]])).logits[0, -len(new[i]):]
@@ -69,9 +70,9 @@ def test_logits_equal_hf_with_prefill_and_decode_rows_mixed(tiny_lm):
     p1, p2, p3 = random_prompts(tiny_lm, [9, 14, 20], seed=7)
     bm = BlockManager(num_blocks=32, block_size=4)
     runner = ModelRunner(tiny_lm, 4, 32)
-    runner.extend(bm, {"a": p1, "b": p2})
-    out = runner.extend(bm, {"a": [3], "c": p3[:8], "b": [5]})   # decode, prefill chunk, decode
-    out2 = runner.extend(bm, {"c": p3[8:]})                        # the rest of c's prompt
+    extend(runner, bm, {"a": p1, "b": p2})
+    out = extend(runner, bm, {"a": [3], "c": p3[:8], "b": [5]})   # decode, prefill chunk, decode
+    out2 = extend(runner, bm, {"c": p3[8:]})                        # the rest of c's prompt
     with torch.no_grad():
         ref_a = tiny_lm.model(torch.tensor([p1 + [3]])).logits[0, -1:]
         ref_b = tiny_lm.model(torch.tensor([p2 + [5]])).logits[0, -1:]
@@ -87,7 +88,7 @@ def test_runner_rejects_non_gpt2_and_long_sequences(tiny_lm):
     runner = ModelRunner(tiny_lm, 16, 8)
     bm = BlockManager(8, 16)
     with pytest.raises(ValueError, match="n_positions"):
-        runner.extend(bm, {0: [1] * 65})
+        extend(runner, bm, {0: [1] * 65})
 
 
 # ---------------------------------------------------------------------------- speculative hooks
@@ -95,21 +96,22 @@ def test_extend_and_rollback_for_draft_verification(tiny_lm):
     prompt, drafts = random_prompts(tiny_lm, [7, 5], seed=3)
     bm = BlockManager(num_blocks=16, block_size=4)
     runner = ModelRunner(tiny_lm, 4, 16)
-    runner.extend(bm, {"s": prompt})
+    extend(runner, bm, {"s": prompt})
     last = 11
-    out = runner.extend(bm, {"s": [last] + drafts})               # γ = 5 drafts: γ + 1 rows
+    out = extend(runner, bm, {"s": [last] + drafts})               # γ = 5 drafts: γ + 1 rows
     assert out["s"].shape[0] == 6
     accepted = drafts[:2]                                          # say 2 accepted, 3 rejected
-    freed = runner.rollback(bm, "s", 3)
+    table = bm.block_table("s")                                    # 13 tokens in 4 blocks of 4
+    freed = bm.truncate("s", bm.num_tokens("s") - 3)
     assert bm.num_tokens("s") == len(prompt) + 1 + 2
-    assert isinstance(freed, list)
-    out = runner.extend(bm, {"s": [42]})                           # the correction token
+    assert freed == table[3:] and bm.block_table("s") == table[:3]  # 10 tokens need 3 blocks
+    out = extend(runner, bm, {"s": [42]})                           # the correction token
     seq = prompt + [last] + accepted + [42]
     with torch.no_grad():
         ref = tiny_lm.model(torch.tensor([seq])).logits[0, -1:]
     torch.testing.assert_close(out["s"], ref, atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="num_tokens"):
-        runner.rollback(bm, "s", 99)
+        bm.truncate("s", 99)
     bm.audit()
 
 
@@ -145,7 +147,7 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
     rest = engine.generate(prompts[1:], GREEDY, max_new_tokens=8)
     for p, o in zip(prompts, first + rest):
         assert o.token_ids == hf_generate(tiny_lm, p, 8)
-    assert engine.block_manager.num_prefix_hits >= 2 * 3               # 3 full shared blocks, twice
+    assert engine.block_manager.num_prefix_hit_blocks >= 2 * 3               # 3 full shared blocks, twice
     admitted = next(h.scheduled_tokens for h in engine.history if set(h.scheduled_tokens) & {"1", "2"})
     assert admitted["1"] == len(prompts[1]) - 12                       # only the uncached tail is computed
 
@@ -163,9 +165,9 @@ def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
     assert mixed, "no step mixed a prefill chunk with a decode"
 
 
-# ---------------------------------------------------------------------------- C16
+# ---------------------------------------------------------------------------- preemption keeps every output
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
-def test_c16_preemption_keeps_every_output(tiny_lm, mode):
+def test_preemption_keeps_every_output(tiny_lm, mode):
     prompts = random_prompts(tiny_lm, [6, 6, 6, 6], seed=16)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=10, preemption_mode=mode, num_cpu_blocks=16)
     outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=12)
@@ -190,8 +192,13 @@ def test_request_that_never_fits_errors_at_once_and_others_go_on(tiny_lm):
     outs = {o.request_id: o for o in engine.run()}
     for i in (0, 2):
         assert outs[ids[i]].token_ids == solo(tiny_lm, prompts[i], 6)
-    too_long = engine.add_request([1] * 60, GREEDY, max_new_tokens=10)  # past n_positions = 64
-    assert engine.output(too_long).finish_reason == "error" and "n_positions" in engine.output(too_long).error
+    wide = LLMEngine(tiny_lm, block_size=4, num_blocks=32)            # 128 slots, n_positions = 64
+    full = wide.add_request([1] * 64, GREEDY, max_new_tokens=1)       # the prompt alone fills the window
+    assert wide.output(full).finish_reason == "error" and "context window" in wide.output(full).error
+    near = wide.add_request([1] * 60, GREEDY_NO_EOS, max_new_tokens=10)   # fits: runs until the window is full
+    done = {o.request_id: o for o in wide.run()}
+    assert done[near].finish_reason == "length" and len(done[near].token_ids) == 4
+    assert done[near].token_ids == solo(tiny_lm, [1] * 60, 4)
     engine2 = LLMEngine(tiny_lm, block_size=4, num_blocks=64, max_num_batched_tokens=16)
     rid = engine2.add_request([1] * 20, GREEDY, max_new_tokens=2)
     assert engine2.run()[0].finish_reason == "error" and rid == "0"
@@ -279,6 +286,7 @@ request_st = st.tuples(st.integers(0, 6),       # arrival step
                        st.integers(0, 2))       # shares a prefix with others (0 = no)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @example(requests=[(0, 6, 12, 0)] * 4 + [(2, 9, 14, 1)], block_size=4, pool_tokens=40, mode="swap",
          prefix_caching=False, chunk=None, max_num_seqs=4, seed=0)
@@ -318,7 +326,7 @@ def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode
         if engine.has_unfinished_requests():
             engine.step()
         bm.audit()
-        assert bm.num_free_blocks + bm.num_used_blocks + bm.num_cached_blocks == num_blocks
+        assert bm.num_free_blocks + bm.num_used_blocks + bm.num_evictable_blocks == num_blocks
         step += 1
         assert step < 2000, "the engine stopped making progress"
     for rid, prompt in prompts.items():
@@ -330,26 +338,26 @@ def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode
             assert out.token_ids == []
         else:
             assert out.token_ids == solo(tiny_lm, prompt, lengths[rid])
-    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_cached_blocks == num_blocks
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_evictable_blocks == num_blocks
     assert bm.num_free_cpu_blocks == bm.num_cpu_blocks
     assert not engine.scheduler.running and not engine.scheduler.waiting and not engine.scheduler.swapped
 
 
-# ---------------------------------------------------------------------------- C15 through the engine, fork, snapshots
-def test_c15_sequential_requests_recycle_the_pool(tiny_lm):
+# ---------------------------------------------------------------------------- pool recycling through the engine, fork, snapshots
+def test_sequential_requests_recycle_the_pool(tiny_lm):
     prompts = random_prompts(tiny_lm, [6] * 11, seed=15)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
     bm = engine.block_manager
     for p in prompts[:10]:
         (out,) = engine.generate([p], GREEDY_NO_EOS, max_new_tokens=4)
         assert out.token_ids == solo(tiny_lm, p, 4)
-        assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_cached_blocks == 8
+        assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_evictable_blocks == 8
         bm.audit()
     assert bm.num_evictions > 0
     (out,) = engine.generate([prompts[10]], GREEDY_NO_EOS, max_new_tokens=4)     # the 11th allocates
     assert out.token_ids == solo(tiny_lm, prompts[10], 4)
-    assert bm.num_cached_prefix_tokens(prompts[0]) == 0                          # evicted: a miss
-    assert bm.num_cached_prefix_tokens(prompts[10]) == 4                         # recent: a hit
+    assert bm.num_prefix_hit_tokens(prompts[0]) == 0                          # evicted: a miss
+    assert bm.num_prefix_hit_tokens(prompts[10]) == 4                         # recent: a hit
 
 
 def test_fork_a_decoding_request(tiny_lm):
@@ -381,7 +389,7 @@ def test_snapshot_describes_queues_and_pool(tiny_lm):
     assert first.num_tokens == {"0": 6, "1": 6}
     assert [len(t) for t in first.block_tables.values()] == [2, 2]
     for snap in engine.history:
-        assert snap.num_free_blocks + snap.num_cached_blocks + snap.num_used == snap.num_blocks == 6
+        assert snap.num_free_blocks + snap.num_evictable_blocks + snap.num_used_blocks == snap.num_blocks == 6
         used = {b for t in snap.block_tables.values() for b in t}
         assert all((snap.ref_counts[b] > 0) == (b in used) for b in range(6))
     assert engine.history[-1].finished and not engine.history[-1].running

@@ -7,9 +7,9 @@ import pytest
 from test_speculative import make_lm, perturbed
 
 from labsupport.engine import LLMEngine
-from labsupport.engine.spec_decode import SpecDecodeEngine
 from labsupport.generation import generate
 from labsupport.sampling import GREEDY, SamplingParams
+from labsupport.speculative import SpecDecodeEngine
 
 PROMPTS = [[5, 17, 99, 3, 42, 8], [1, 1, 1], [7, 8, 9, 7, 8], [200, 13], [4] * 10, [33, 34, 35, 36, 37, 38, 39]]
 
@@ -108,7 +108,7 @@ def test_bad_arguments(pair):
 
 
 def test_compare_with_engine_reports_identical_output(pair):
-    from labsupport.engine.spec_decode import compare_with_engine
+    from labsupport.bench.speculative import compare_with_engine
 
     target, draft = pair
     row = compare_with_engine(target, draft, PROMPTS[0], 2, gamma=3, max_new_tokens=10, block_size=4, repeats=1)

@@ -1,5 +1,5 @@
-"""Speculative decoding: theory, exact verification (C18–C20), the loop (C17), exactness of the
-output distribution — and proof that the distribution check catches the classic bugs."""
+"""Speculative decoding: theory, exact verification, the loop, exactness of the output
+distribution — and proof that the distribution check catches the classic bugs."""
 
 from __future__ import annotations
 
@@ -12,23 +12,25 @@ import pytest
 import torch
 from helpers import shipped_tokenizer
 
+from labsupport.bench.speculative import measure_costs
 from labsupport.generation import generate
 from labsupport.models import LoadedModel
-from labsupport.sampling import GREEDY, SamplingParams, probs_from_logits
+from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits
 from labsupport.speculative import (
     DraftModelProposer,
+    DraftRequest,
     NgramProposer,
     Proposal,
     VerifyResult,
     acceptance_probability,
     accepted_prefix_length,
-    amdahl_speedup,
     best_gamma,
     check_same_vocabulary,
+    draft_tokens,
     expected_accepted,
     expected_tokens_per_round,
+    independent_tokens_estimate,
     lookup_ngram,
-    measure_costs,
     residual_distribution,
     sample_from,
     sampling_noise_floor,
@@ -79,10 +81,10 @@ def pair():
 
 PROMPT = [5, 17, 99, 3, 42, 8]
 
-# ----------------------------------------------------------------------------- theory (seed numbers)
+# ----------------------------------------------------------------------------- theory (worked numbers)
 
 
-def test_seed_000_worked_numbers():
+def test_tokens_per_round_and_speedup_for_a_draft_at_a_tenth_of_the_cost():
     assert expected_tokens_per_round(0.8, 4) == pytest.approx(3.3616)              # "≈ 3.36"
     assert speedup(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)                       # "≈ 2.4×"
     assert round(speedup(0.8, 4, 0.1), 1) == 2.4
@@ -91,13 +93,13 @@ def test_seed_000_worked_numbers():
     assert (g, round(s, 2)) == (6, 2.47)
 
 
-def test_seed_001_worked_numbers():
+def test_best_gamma_for_cheaper_and_costlier_drafts():
     assert round(expected_tokens_per_round(0.75, 3), 2) == 2.73
     assert round(speedup(0.75, 3, 0.05), 1) == 2.4
     assert round(speedup(0.8, 4, 0.05), 1) == 2.8
     g, s = best_gamma(0.8, 0.05)
     assert (g, round(s, 1)) == (8, 3.1)
-    g, s = best_gamma(0.8, 0.3)                                    # seed 001 ③: optimum 3, ≈ 1.5×
+    g, s = best_gamma(0.8, 0.3)                                    # a costly draft: optimum 3, ≈ 1.55×
     assert g == 3 and round(s, 1) == 1.6 and s == pytest.approx(1.554, abs=1e-3)
 
 
@@ -114,19 +116,19 @@ def test_formula_limits_and_identities():
     assert g < 6
 
 
-def test_seed_004_formula_against_derived_and_monte_carlo():
-    """Seed 004 quotes 1/(1-α+α/(k+1)) ≈ 2.3× for α=0.7, k=5. That expression evaluates to
-    2.40, the derived formula to 2.94, and a Monte Carlo of the rounds agrees with the latter."""
-    assert amdahl_speedup(0.7, 5) == pytest.approx(2.4, abs=1e-9)
+def test_independent_tokens_estimate_against_derived_and_monte_carlo():
+    """The circulating estimate 1/(1-α+α/(k+1)) for α=0.7, k=5 evaluates to 2.40, the derived
+    formula to 2.94, and a Monte Carlo of the rounds agrees with the derived one."""
+    assert independent_tokens_estimate(0.7, 5) == pytest.approx(2.4, abs=1e-9)
     derived = expected_tokens_per_round(0.7, 5)
     assert derived == pytest.approx(2.941, abs=1e-3)
     flags = simulate_rounds(0.7, 5, 200_000, np.random.default_rng(0))
     mc = float(np.mean(accepted_prefix_length(flags) + 1))
     sd = float(np.std(accepted_prefix_length(flags) + 1)) / math.sqrt(200_000)
     assert abs(mc - derived) < 4 * sd
-    assert abs(mc - amdahl_speedup(0.7, 5)) > 50 * sd
+    assert abs(mc - independent_tokens_estimate(0.7, 5)) > 50 * sd
     for a in (0.0, 1.0):
-        assert amdahl_speedup(a, 5) == pytest.approx(expected_tokens_per_round(a, 5))
+        assert independent_tokens_estimate(a, 5) == pytest.approx(expected_tokens_per_round(a, 5))
 
 
 @pytest.mark.parametrize("call", [
@@ -139,10 +141,34 @@ def test_bad_input_raises(call):
         call()
 
 
-# ----------------------------------------------------------------------------- verification: C18–C20
+@pytest.mark.parametrize("call, name", [
+    (lambda: simulate_rounds(0.5, 4, 0, np.random.default_rng(0)), "n_rounds"),
+    (lambda: simulate_rounds(0.5, 0, 10, np.random.default_rng(0)), "gamma"),
+    (lambda: NgramProposer(min_ngram=0), "min_ngram"),
+    (lambda: NgramProposer(max_ngram=1, min_ngram=2), "max_ngram"),
+    (lambda: independent_tokens_estimate(0.5, -1), "k"),
+    (lambda: best_gamma(0.5, 0.1, 0), "gamma_max"),
+    (lambda: speedup(0.5, 4, 0.1, v=0), "v"),
+    (lambda: expected_tokens_per_round(1.2, 4), "alpha"),
+])
+def test_bad_input_names_the_parameter(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} must be"):
+        call()
 
 
-def test_c18_accept_probabilities_residual_and_marginal():
+def test_wrong_types_raise_type_error():
+    with pytest.raises(TypeError, match="^gamma must be an integer"):
+        expected_tokens_per_round(0.5, 2.0)
+    with pytest.raises(TypeError, match="^alpha must be a number"):
+        speedup("0.5", 4, 0.1)
+    with pytest.raises(TypeError, match="^min_ngram must be an integer"):
+        NgramProposer(min_ngram=True)
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def test_accept_probabilities_residual_and_first_token_marginal():
     p = torch.tensor([0.6, 0.3, 0.1])
     q = torch.tensor([0.2, 0.5, 0.3])
     acc = acceptance_probability(p.expand(3, 3), q.expand(3, 3), torch.arange(3))
@@ -161,7 +187,7 @@ def test_c18_accept_probabilities_residual_and_marginal():
     assert ((freq - p.double()).abs() < 4 * sigma).all(), (freq, p)
 
 
-def _c19_first_token_freq(verify_fn, n=200_000, seed=19):
+def _first_token_matches_target(verify_fn, n=200_000, seed=19):
     t_logits = torch.tensor([2.0, 1.5, 1.0, 0.5])
     d_logits = torch.tensor([0.5, 1.0, 1.5, 2.0])
     params = SamplingParams(temperature=0.7)
@@ -222,16 +248,16 @@ BUGS = ["temperature_target_only", "temperature_draft_only", "bonus_off_by_one",
         "residual_unnormalised", "resample_from_target"]
 
 
-def test_c19_temperature_on_both_sides():
-    assert _c19_first_token_freq(verify_logits)
+def test_temperature_on_both_sides_keeps_the_target_distribution():
+    assert _first_token_matches_target(verify_logits)
 
 
 @pytest.mark.parametrize("bug", ["temperature_target_only", "temperature_draft_only"])
-def test_c19_temperature_on_one_side_fails(bug):
-    assert not _c19_first_token_freq(_logits_fn(bug))
+def test_temperature_on_one_side_only_breaks_the_distribution(bug):
+    assert not _first_token_matches_target(_logits_fn(bug))
 
 
-def test_c20_only_the_accepted_prefix_counts():
+def test_only_the_accepted_prefix_counts():
     flags = torch.tensor([[True, False, True], [True, True, True], [False, True, True]])
     assert accepted_prefix_length(flags).tolist() == [1, 3, 0]
     assert (accepted_prefix_length(flags) + 1).tolist() == [2, 4, 1]
@@ -333,10 +359,10 @@ def test_two_token_tree_needs_small_support(joint_setup):
         two_token_tree(*pair, PROMPT, SamplingParams(temperature=1.0, top_p=0.9))
 
 
-# ----------------------------------------------------------------------------- the loop: C17, greedy equality
+# ----------------------------------------------------------------------------- the loop: greedy equality
 
 
-def test_c17_ngram_on_repeated_prompt(pair):
+def test_ngram_lookup_on_a_repeated_prompt_equals_greedy_target(pair):
     target, _ = pair
     ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
     res = speculative_generate(target, NgramProposer(), [1, 1, 1], GREEDY, gamma=4, max_new_tokens=64)
@@ -345,7 +371,7 @@ def test_c17_ngram_on_repeated_prompt(pair):
     _check_rejects_non_argmax(res)
 
 
-def test_c17_draft_model(pair):
+def test_draft_model_rejects_exactly_the_non_argmax_drafts(pair):
     target, draft = pair
     ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
     res = speculative_generate(target, DraftModelProposer(draft, target), [1, 1, 1], GREEDY, gamma=4,
@@ -453,6 +479,37 @@ def test_vocabulary_mismatch_is_an_error_at_setup(pair):
         check_same_vocabulary(target, LoadedModel(target.model, tok2, torch.device("cpu"), "t2"))
 
 
+def test_draft_tokens_runs_sequences_in_lockstep_and_keeps_q_only_when_needed():
+    V = 11
+    W = torch.randn(V, V, generator=torch.Generator().manual_seed(2)) * 3     # logits after token t: W[t]
+    calls = []
+
+    def next_logits(feed):
+        calls.append({k: list(v) for k, v in feed.items()})
+        return {k: W[v[-1]] for k, v in feed.items()}
+
+    requests = {"a": DraftRequest(feed=[3, 4], history=[1, 2, 3, 4], gamma=3, params=GREEDY),
+                "b": DraftRequest(feed=[5], history=[5], gamma=1, params=SamplingParams(temperature=1.0),
+                                  generator=torch.Generator().manual_seed(0)),
+                "c": DraftRequest(feed=[6], history=[6], gamma=0, params=GREEDY)}
+    props = draft_tokens(next_logits, requests)
+    a1 = int(W[4].argmax())
+    a2 = int(W[a1].argmax())
+    a3 = int(W[a2].argmax())
+    assert props["a"].tokens == [a1, a2, a3] and props["a"].q is None           # plain greedy: no q rows
+    assert len(props["b"].tokens) == 1 and props["b"].q.shape == (1, V)
+    assert torch.allclose(props["b"].q[0], torch.softmax(W[5], dim=-1))
+    assert props["c"].tokens == [] and props["c"].q is None
+    assert calls == [{"a": [3, 4], "b": [5]}, {"a": [a1]}, {"a": [a2]}]         # one call per step, no feed after
+    # greedy with a repetition penalty: the arg-max of the penalised logits, q kept (one-hot)
+    history = [int(W[4].argmax()), 4]
+    pen = SamplingParams(temperature=0.0, repetition_penalty=5.0)
+    prop = draft_tokens(next_logits, {0: DraftRequest(feed=[4], history=history, gamma=1, params=pen)})[0]
+    assert GREEDY.is_plain_greedy and not pen.is_plain_greedy and not SamplingParams(temperature=1.0).is_plain_greedy
+    assert prop.tokens == [int(apply_repetition_penalty(W[4], history, 5.0).argmax())] != [int(W[4].argmax())]
+    assert prop.q.shape == (1, V) and prop.q[0, prop.tokens[0]] == 1.0 and prop.q.sum() == 1.0
+
+
 def test_lookup_ngram():
     assert lookup_ngram([5, 6, 7, 8, 5, 6], 3) == [7, 8, 5]
     assert lookup_ngram([5, 6, 7, 8, 5, 6], 1) == [7]
@@ -463,6 +520,8 @@ def test_lookup_ngram():
 
 def test_measure_costs_shapes(pair):
     target, draft = pair
+    with pytest.raises(ValueError, match="^repeats must be"):
+        measure_costs(target, draft, PROMPT, gammas=[1], repeats=0)
     cm = measure_costs(target, draft, PROMPT, gammas=[1, 2], repeats=2)
     assert set(cm.v) == {1, 2} and cm.t_target > 0 and cm.c > 0
     assert cm.predicted_speedup(2.0, 1) == pytest.approx(2.0 / (cm.c + cm.v[1]))
@@ -489,7 +548,7 @@ def test_round_cells_and_figures():
     assert round_cells([], 0, "t") == [("t", "replaced")]
     with pytest.raises(ValueError):
         round_cells(["a"], 2, "X")
-    flags = np.array([[True, False, True], [True, True, True], [False, True, True]])      # C20
+    flags = np.array([[True, False, True], [True, True, True], [False, True, True]])
     from labsupport.widgets.speculative import flags_to_rounds
 
     fig = rounds_figure(flags_to_rounds(flags), lambda i: "t" if i == 0 else f"draft-token-{i}")
@@ -514,7 +573,11 @@ def test_panels_build_and_react(pair):
     assert "3.36" in panel.stats.value and "6 (2.47×)" in panel.stats.value
     panel.controls["alpha"].value = 0.5
     assert "3.36" not in panel.stats.value
-    assert len(panel.figures[1].data[0].x) + len(panel.figures[1].data[1].x) > 0
+    # the strip shows the 12 rounds simulated at α = 0.5, γ = 4 with the panel's seed (0 + γ)
+    n = accepted_prefix_length(simulate_rounds(0.5, 4, 12, np.random.default_rng(4)))
+    cells = {tr.name.split(" ")[0]: len(tr.x) for tr in panel.figures[1].data}
+    assert cells == {"accepted": int(n.sum()), "rejected": int((n < 4).sum()), "bonus": int((n == 4).sum()),
+                     "discarded": int((4 - n)[n < 4].sum())}
     target, draft = pair
     box = round_panel(target, draft, "Return the number", gamma=3, max_new_tokens=12)
     first = box.state["result"]

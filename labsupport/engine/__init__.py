@@ -1,22 +1,26 @@
-"""The paged-KV engine (vLLM vocabulary): block manager, paged attention, model runner,
-scheduler, ``LLMEngine`` and serving metrics.
+"""The paged-KV engine (vLLM vocabulary), in nano-vllm's shape.
 
-``BlockManager`` and the scheduler are pure Python (the simulators in ``labsupport.sim``
-use them without loading torch); the torch parts are imported on first use.
+``sequence`` (a sequence and its status) · ``block_pool`` (physical blocks, ref counts, the
+prefix-cache index) · ``block_manager`` (block tables, copy-on-write, swap) · ``attention``
+(paged attention by gather) · ``model_runner`` (GPT-2 over paged KV; takes block tables) ·
+``scheduler`` (continuous batching, preemption, chunked prefill) · ``sampler`` · ``engine``
+(``LLMEngine``: add_request / abort_request / step) · ``outputs`` · ``metrics``.
 """
 
-from .block_manager import Block, BlockManager, NoFreeBlocksError, block_hash
-
-_LAZY = {
-    "LLMEngine": "engine", "EngineConfig": "engine", "RequestOutput": "engine", "EngineSnapshot": "engine",
-    "ModelRunner": "model_runner", "RequestMetrics": "metrics",
-    "Scheduler": "scheduler", "SchedulerConfig": "scheduler", "Sequence": "scheduler",
-    "SchedulerOutput": "scheduler",
-}
+from .block_manager import BlockManager
+from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
+from .config import EngineConfig
+from .engine import LLMEngine
+from .metrics import RequestMetrics
+from .model_runner import ModelRunner
+from .outputs import EngineSnapshot, RequestOutput
+from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from .sequence import Sequence, SequenceStatus
 
 __all__ = [
     "Block",
     "BlockManager",
+    "BlockPool",
     "EngineConfig",
     "EngineSnapshot",
     "LLMEngine",
@@ -28,13 +32,6 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerOutput",
     "Sequence",
+    "SequenceStatus",
     "block_hash",
 ]
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

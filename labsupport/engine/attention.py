@@ -1,4 +1,4 @@
-"""Paged attention by gather (PagedAttention, Kwon et al., 2023; seed 000 §5.3.14).
+"""Paged attention by gather (PagedAttention, Kwon et al., 2023).
 
 One forward step runs a batch that mixes *prefill* rows (many new tokens of one sequence)
 and *decode* rows (one new token) of different lengths. The new tokens of all sequences are

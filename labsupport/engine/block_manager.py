@@ -1,27 +1,18 @@
-"""The block manager: bookkeeping of a paged KV cache (PagedAttention, Kwon et al., 2023).
+"""The block manager: block tables of a paged KV cache (PagedAttention, Kwon et al., 2023).
 
 The KV cache is cut into ``num_blocks`` physical *blocks* of ``block_size`` token *slots*
-each (seed 000 §5.3.14). A sequence does not own one contiguous region; it owns a *block
-table*, a list that maps its logical block ``i`` (tokens ``i·bs … i·bs+bs-1``) to a physical
-block anywhere in the pool. A token at position ``p`` lives in slot::
+each. A sequence does not own one contiguous region; it owns a *block table*, a list that
+maps its logical block ``i`` (tokens ``i·bs … i·bs+bs-1``) to a physical block anywhere in
+the pool. A token at position ``p`` lives in slot::
 
     slot = block_table[p // block_size] * block_size + p % block_size      (the slot mapping)
 
 so a sequence wastes at most ``block_size - 1`` slots, in its last block.
 
-Blocks are *ref-counted*. ``fork`` gives a child the parent's block table (every ref count
-+1); the first write into a shared block copies it first (*copy-on-write*, seed 000 §5.3.15).
-With *prefix caching* a full block is registered under a hash chained on its parent block's
-hash and its own token ids; a later prompt that starts with the same blocks reuses them
-instead of recomputing (the hit is confirmed by comparing the stored token ids, so a hash
-collision is a miss, never wrong data). A registered block whose ref count falls to 0 stays
-*cached*: evictable, in LRU order, and its hash entry is removed when it is evicted.
-
-Every physical block is always in exactly one state::
-
-    free     ref 0, not registered        (in ``_free``)
-    cached   ref 0, registered, evictable (in ``_evictable``, oldest first)
-    used     ref ≥ 1                      (in one or more block tables)
+Blocks are *ref-counted* by the :class:`~labsupport.engine.block_pool.BlockPool`. ``fork``
+gives a child the parent's block table (every ref count +1); the first write into a shared
+block copies it first (*copy-on-write*). With *prefix caching* a prompt that starts with
+registered full blocks reuses them instead of recomputing (see the pool's docstring).
 
 This module is pure Python bookkeeping: no tensors. The KV tensors live in the model runner's
 cache ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``; the calls that move
@@ -31,49 +22,13 @@ data (copy-on-write, swap) return the block pairs the runner must copy.
 from __future__ import annotations
 
 import numbers
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 
+from ..validation import check_bool, check_int
+from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
 
-class NoFreeBlocksError(RuntimeError):
-    """The pool has no free or evictable block left (check ``can_allocate`` / ``can_append`` first)."""
-
-
-def block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
-    """Prefix-cache key of a full block: ``hash((parent_hash, tuple(token_ids)))``.
-
-    Chaining on the parent's hash makes the key depend on *every* token before the block,
-    so the same four tokens after two different prefixes get two different keys (case C13).
-    Python's hash of a tuple of ints is deterministic (no per-process salt).
-    """
-    return hash((parent_hash, tuple(int(t) for t in token_ids)))
-
-
-@dataclass
-class Block:
-    """One physical block (GPU pool or CPU swap space).
-
-    Attributes:
-        block_id: its index in the pool.
-        ref_count: how many block tables hold it.
-        token_ids: the token ids written into its slots so far (at most ``block_size``).
-        hash: its prefix-cache key while registered, else ``None``.
-        parent_hash: the chain hash of the block before it (confirms a hit).
-    """
-
-    block_id: int
-    ref_count: int = 0
-    token_ids: list[int] = field(default_factory=list)
-    hash: int | None = None
-    parent_hash: int | None = None
-
-    def reset(self) -> None:
-        self.ref_count = 0
-        self.token_ids = []
-        self.hash = None
-        self.parent_hash = None
-
+__all__ = ["Block", "BlockManager", "BlockPool", "NoFreeBlocksError", "block_hash"]
 
 SeqId = Hashable
 Slot = tuple[int, int, "int | None"]          # (physical block, offset in it, copied_from or None)
@@ -91,6 +46,7 @@ class BlockManager:
         hash_fn: ``(parent_hash, token_ids) -> int``; replaceable so a test can force collisions.
 
     Raises:
+        TypeError: a size that is not an integer, a flag that is not a bool.
         ValueError: a size outside its range.
 
     The usual life of a sequence: ``allocate(seq, prompt)`` → the runner computes the prompt →
@@ -99,48 +55,45 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
                  num_cpu_blocks: int = 0, hash_fn: Callable[[int | None, Sequence[int]], int] = block_hash):
-        for name, value, low in (("num_blocks", num_blocks, 1), ("block_size", block_size, 1),
-                                 ("num_cpu_blocks", num_cpu_blocks, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching
-        self.num_cpu_blocks = num_cpu_blocks
-        self.hash_fn = hash_fn
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self._free: deque[int] = deque(range(num_blocks))
-        self._evictable: OrderedDict[int, None] = OrderedDict()    # LRU order: oldest first
-        self._cached: dict[int, int] = {}                           # hash -> physical block id
+        self.pool = BlockPool(num_blocks, hash_fn)
+        self.num_blocks = self.pool.num_blocks
+        self.blocks = self.pool.blocks
+        self.block_size = check_int("block_size", block_size, 1)
+        self.enable_prefix_caching = check_bool("enable_prefix_caching", enable_prefix_caching)
+        self.num_cpu_blocks = num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.cpu_blocks = [Block(i) for i in range(num_cpu_blocks)]
         self._cpu_free: deque[int] = deque(range(num_cpu_blocks))
         self._tables: dict[SeqId, list[int]] = {}                   # seq -> physical block ids
         self._num_tokens: dict[SeqId, int] = {}                     # seq -> tokens with a slot
         self._chain: dict[SeqId, list[int]] = {}                    # seq -> hashes of its computed full blocks
         self._swapped: set[SeqId] = set()                           # seqs whose table is in CPU blocks
-        self.num_evictions = 0
-        self.num_prefix_hits = 0                                    # blocks reused from the cache (total)
+        self.num_prefix_hit_blocks = 0                              # blocks reused from the cache (total)
 
     # ------------------------------------------------------------------ pool state
     @property
     def num_free_blocks(self) -> int:
-        """Blocks with ref count 0 that hold nothing cached."""
-        return len(self._free)
+        """Blocks with ref count 0 that hold no registered prefix."""
+        return self.pool.num_free_blocks
 
     @property
-    def num_cached_blocks(self) -> int:
-        """Blocks with ref count 0 that still hold a cached prefix (evictable, LRU)."""
-        return len(self._evictable)
+    def num_evictable_blocks(self) -> int:
+        """Blocks with ref count 0 that still hold a registered prefix (reusable on a hit, evicted LRU)."""
+        return self.pool.num_evictable_blocks
 
     @property
     def num_used_blocks(self) -> int:
-        """Blocks with ref count ≥ 1 (counted from the blocks themselves)."""
-        return sum(1 for b in self.blocks if b.ref_count > 0)
+        """Blocks with ref count ≥ 1."""
+        return self.pool.num_used_blocks
 
     @property
     def num_available_blocks(self) -> int:
-        """Blocks an allocation may take: free + cached (a cached block is evicted on demand)."""
-        return len(self._free) + len(self._evictable)
+        """Blocks an allocation may take: free + evictable."""
+        return self.pool.num_available_blocks
+
+    @property
+    def num_evictions(self) -> int:
+        """Registered blocks evicted so far to make room."""
+        return self.pool.num_evictions
 
     @property
     def num_free_cpu_blocks(self) -> int:
@@ -197,40 +150,6 @@ class BlockManager:
         except KeyError:
             raise ValueError(f"seq_id {seq_id!r} has no blocks (never allocated or already freed)") from None
 
-    # ------------------------------------------------------------------ taking / releasing blocks
-    def _take_block(self) -> Block:
-        """A block for new data: a free one, else evict the least recently used cached one."""
-        if self._free:
-            block = self.blocks[self._free.popleft()]
-        elif self._evictable:
-            block_id, _ = self._evictable.popitem(last=False)
-            block = self.blocks[block_id]
-            if self._cached.get(block.hash) == block_id:
-                del self._cached[block.hash]                    # evicted data can never be hit again
-            block.reset()
-            self.num_evictions += 1
-        else:
-            raise NoFreeBlocksError(f"no free block left in a pool of {self.num_blocks}")
-        block.ref_count = 1
-        return block
-
-    def _release(self, block_id: int) -> None:
-        """Drop one reference; at 0 the block becomes cached (if registered) or free."""
-        block = self.blocks[block_id]
-        block.ref_count -= 1
-        if block.ref_count > 0:
-            return
-        if block.hash is not None:
-            self._evictable[block_id] = None                    # most recently used at the end
-        else:
-            block.reset()
-            self._free.append(block_id)
-
-    def _unregister(self, block: Block) -> None:
-        if block.hash is not None and self._cached.get(block.hash) == block.block_id:
-            del self._cached[block.hash]
-        block.hash = block.parent_hash = None
-
     # ------------------------------------------------------------------ prefix cache
     def _match_prefix(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
         """``(hash, block_id)`` of the cached full blocks this prompt starts with.
@@ -243,19 +162,14 @@ class BlockManager:
             return []
         hits, parent, bs = [], None, self.block_size
         for i in range((len(token_ids) - 1) // bs):
-            ids = [int(t) for t in token_ids[i * bs:(i + 1) * bs]]
-            h = self.hash_fn(parent, ids)
-            block_id = self._cached.get(h)
-            if block_id is None:
+            hit = self.pool.lookup(parent, [int(t) for t in token_ids[i * bs:(i + 1) * bs]])
+            if hit is None:                                     # not registered, or a collision
                 break
-            block = self.blocks[block_id]
-            if block.token_ids != ids or block.parent_hash != parent:
-                break                                           # hash collision: a miss
-            hits.append((h, block_id))
-            parent = h
+            hits.append(hit)
+            parent = hit[0]
         return hits
 
-    def num_cached_prefix_tokens(self, token_ids: Sequence[int]) -> int:
+    def num_prefix_hit_tokens(self, token_ids: Sequence[int]) -> int:
         """Tokens of ``token_ids`` a prefix-cache hit would skip (multiple of ``block_size``)."""
         return len(self._match_prefix(token_ids)) * self.block_size
 
@@ -273,11 +187,9 @@ class BlockManager:
         for i in range(len(chain), full):
             block = self.blocks[table[i]]
             parent = chain[-1] if chain else None
-            h = self.hash_fn(parent, block.token_ids[:bs])
+            h = self.pool.hash_fn(parent, block.token_ids[:bs])
             chain.append(h)
-            if block.hash is None and h not in self._cached:
-                block.hash, block.parent_hash = h, parent
-                self._cached[h] = block.block_id
+            self.pool.register(block, h, parent)
 
     # ------------------------------------------------------------------ allocation
     def can_allocate(self, tokens: int | Sequence[int]) -> bool:
@@ -313,15 +225,12 @@ class BlockManager:
         hits = self._match_prefix(token_ids)
         table: list[int] = []
         for _, block_id in hits:                                # take the hits before evicting anything
-            block = self.blocks[block_id]
-            if block.ref_count == 0:
-                del self._evictable[block_id]
-            block.ref_count += 1
+            self.pool.acquire(block_id)
             table.append(block_id)
-        self.num_prefix_hits += len(hits)
+        self.num_prefix_hit_blocks += len(hits)
         bs = self.block_size
         for i in range(len(hits), self.blocks_needed(len(token_ids))):
-            block = self._take_block()
+            block = self.pool.take()
             block.token_ids = [int(t) for t in token_ids[i * bs:(i + 1) * bs]]
             table.append(block.block_id)
         self._tables[seq_id] = table
@@ -357,16 +266,16 @@ class BlockManager:
         table, n, bs = self._table(seq_id), self._num_tokens[seq_id], self.block_size
         offset, copied_from = n % bs, None
         if offset == 0:                                         # last block full (or none yet)
-            table.append(self._take_block().block_id)
+            table.append(self.pool.take().block_id)
         elif self.blocks[table[-1]].ref_count > 1:              # shared: copy before the first write
             old = self.blocks[table[-1]]
-            new = self._take_block()
+            new = self.pool.take()
             new.token_ids = old.token_ids[:offset]
             old.ref_count -= 1                                  # still ≥ 1: the others keep it
             copied_from, table[-1] = old.block_id, new.block_id
         block = self.blocks[table[-1]]
         if block.hash is not None:                              # content changes: no longer a valid cache entry
-            self._unregister(block)
+            self.pool.unregister(block)
         del block.token_ids[offset:]
         block.token_ids.append(int(token_id))
         self._num_tokens[seq_id] = n + 1
@@ -383,6 +292,24 @@ class BlockManager:
                                     f"blocks, {self.num_available_blocks} available")
         return [self.append_slot(seq_id, t) for t in token_ids]
 
+    def reserve(self, seq_id: SeqId, token_ids: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
+        """Slots for ``token_ids``: a new sequence is allocated (they are its prompt), a known one
+        gets them appended (γ draft tokens to verify, a decode token).
+
+        Returns:
+            ``(start, copies)``: ``start`` is the position of the first token that still needs
+            computing (prefix-cache hits of a new sequence are skipped), ``copies`` the
+            copy-on-write ``(src, dst)`` block pairs the runner must copy before the forward.
+
+        Raises:
+            NoFreeBlocksError: not enough blocks; nothing changes.
+        """
+        if seq_id not in self._tables:
+            return self.allocate(seq_id, token_ids), []
+        start = self._num_tokens[seq_id]
+        slots = self.append_slots(seq_id, token_ids)
+        return start, [(src, block) for block, _, src in slots if src is not None]
+
     def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         """The child shares all of the parent's blocks (every ref count +1, no copy yet).
 
@@ -395,7 +322,7 @@ class BlockManager:
             raise ValueError(f"parent {parent_id!r} is swapped out; swap_in first")
         table = self._table(parent_id)
         for block_id in table:
-            self.blocks[block_id].ref_count += 1
+            self.pool.acquire(block_id)
         self._tables[child_id] = list(table)
         self._num_tokens[child_id] = self._num_tokens[parent_id]
         self._chain[child_id] = list(self._chain[parent_id])
@@ -415,17 +342,16 @@ class BlockManager:
         table, n = self._table(seq_id), self._num_tokens[seq_id]
         if seq_id in self._swapped:
             raise ValueError(f"sequence {seq_id!r} is swapped out; swap_in first")
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= n:
-            raise ValueError(f"num_tokens must be an integer in [0, {n}] for sequence {seq_id!r}, got {num_tokens!r}")
+        num_tokens = check_int("num_tokens", num_tokens, 0, n, hint=f" for sequence {seq_id!r}")
         keep = self.blocks_needed(num_tokens)
         dropped = table[keep:]
         for block_id in reversed(dropped):
-            self._release(block_id)
+            self.pool.release(block_id)
         del table[keep:]
         offset = num_tokens % self.block_size
         if offset and self.blocks[table[-1]].ref_count == 1:    # we alone hold it: forget the tail
             block = self.blocks[table[-1]]
-            self._unregister(block)
+            self.pool.unregister(block)
             del block.token_ids[offset:]
         self._num_tokens[seq_id] = num_tokens
         del self._chain[seq_id][num_tokens // self.block_size:]
@@ -448,7 +374,7 @@ class BlockManager:
             self._swapped.discard(seq_id)
         else:
             for block_id in reversed(table):
-                self._release(block_id)
+                self.pool.release(block_id)
         del self._tables[seq_id], self._num_tokens[seq_id], self._chain[seq_id]
 
     # ------------------------------------------------------------------ swap (preemption by swap)
@@ -479,7 +405,7 @@ class BlockManager:
             mapping[block_id] = cpu.block_id
             table[i] = cpu.block_id
         for block_id in reversed(list(mapping)):
-            self._release(block_id)
+            self.pool.release(block_id)
         self._swapped.add(seq_id)
         return mapping
 
@@ -504,7 +430,7 @@ class BlockManager:
                                     f"{self.num_available_blocks} available")
         mapping = {}
         for i, cpu_id in enumerate(table):
-            block = self._take_block()
+            block = self.pool.take()
             block.token_ids = list(self.cpu_blocks[cpu_id].token_ids)
             self.cpu_blocks[cpu_id].reset()
             self._cpu_free.append(cpu_id)
@@ -531,24 +457,7 @@ class BlockManager:
                 raise RuntimeError(f"sequence {seq_id!r}: {len(table)} blocks for {self._num_tokens[seq_id]} tokens")
             for block_id in table:
                 refs[block_id] += 1
-        for block in self.blocks:
-            if block.ref_count != refs[block.block_id]:
-                raise RuntimeError(f"block {block.block_id}: ref count {block.ref_count}, "
-                                   f"{refs[block.block_id]} table references")
-        free, cached = set(self._free), set(self._evictable)
-        if len(free) != len(self._free) or free & cached:
-            raise RuntimeError("a block is listed twice in the free / cached sets")
-        for block in self.blocks:
-            states = (block.block_id in free) + (block.block_id in cached) + (block.ref_count > 0)
-            if states != 1:
-                raise RuntimeError(f"block {block.block_id} is in {states} states (free/cached/used)")
-            if block.block_id in cached and block.hash is None:
-                raise RuntimeError(f"cached block {block.block_id} has no hash")
-        for h, block_id in self._cached.items():
-            if self.blocks[block_id].hash != h:
-                raise RuntimeError(f"hash entry points at block {block_id}, which holds another hash")
-        if self.num_free_blocks + self.num_cached_blocks + self.num_used_blocks != self.num_blocks:
-            raise RuntimeError("free + cached + used != num_blocks")
+        self.pool.audit(refs)
         cpu_used = sum(len(self._tables[s]) for s in self._swapped)
         if cpu_used + len(self._cpu_free) != self.num_cpu_blocks:
             raise RuntimeError("CPU blocks: used + free != num_cpu_blocks")

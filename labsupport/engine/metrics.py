@@ -1,4 +1,4 @@
-"""Serving metrics: TTFT, TPOT, ITL, throughput and goodput (seed 003; seed 000 §5.3.1).
+"""Serving metrics: TTFT, TPOT, ITL, throughput and goodput (Zhong et al. 2024, DistServe, for goodput).
 
 Per request the engine records the arrival time, the time it was first scheduled, the time
 of every generated token and the finish time (all in seconds of one clock: wall time in the
@@ -68,11 +68,6 @@ class RequestMetrics:
     def e2e_latency(self) -> float | None:
         """Finish − arrival (s)."""
         return None if self.finish_time is None else self.finish_time - self.arrival_time
-
-    @property
-    def queue_time(self) -> float | None:
-        """First scheduled − arrival (s)."""
-        return None if self.first_scheduled_time is None else self.first_scheduled_time - self.arrival_time
 
 
 def meets_slo(m: RequestMetrics, ttft_slo: float | None = None, tpot_slo: float | None = None) -> bool:

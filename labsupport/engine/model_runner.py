@@ -9,22 +9,22 @@ sequences at once, some in prefill, some in decode.
 
 The cache is one tensor ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``;
 the :class:`~labsupport.engine.block_manager.BlockManager` decides which blocks each
-sequence uses. Hooks for speculative decoding: :meth:`ModelRunner.extend` runs several new
-tokens per sequence and returns the logits of every one; :meth:`ModelRunner.rollback`
-drops the last tokens of a sequence (rejected draft tokens) and frees their blocks.
+sequence uses. The runner never sees the block manager: it takes block tables, as vLLM's model
+runner takes attention metadata. :meth:`ModelRunner.extend` (speculative decoding) runs
+several new tokens per sequence and returns the logits of every one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..validation import check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
-from .block_manager import BlockManager
 
 
 @dataclass
@@ -69,10 +69,8 @@ class ModelRunner:
         if getattr(cfg, "model_type", None) != "gpt2":
             raise ValueError(f"model must be a GPT-2-family model (config.model_type 'gpt2'), "
                              f"got {getattr(cfg, 'model_type', type(model).__name__)!r}")
-        for name, value, low in (("block_size", block_size, 1), ("num_blocks", num_blocks, 1),
-                                 ("num_cpu_blocks", num_cpu_blocks, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        block_size, num_blocks = check_int("block_size", block_size, 1), check_int("num_blocks", num_blocks, 1)
+        num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.model = model
         self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -137,6 +135,7 @@ class ModelRunner:
         ends = [s + q for s, q in zip(start_positions, query_lens)]
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
+        self._check_blocks("block_tables", [b for t in block_tables for b in t], self.num_blocks)
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype)
         flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
         if flat.min() < 0 or flat.max() >= self.vocab_size:
@@ -166,10 +165,25 @@ class ModelRunner:
         return x
 
     # ------------------------------------------------------------------ moving blocks
+    @staticmethod
+    def _check_blocks(name: str, ids: Sequence[int], num_blocks: int) -> None:
+        bad = [b for b in ids if not (is_int(b) and 0 <= b < num_blocks)]
+        if bad:
+            raise ValueError(f"{name} must hold block ids in [0, {num_blocks}), got {bad[0]!r}")
+
+    def _check_pairs(self, name: str, pairs: list[tuple[int, int]], src_blocks: int, dst_blocks: int) -> None:
+        self._check_blocks(f"{name} (source blocks)", [p[0] for p in pairs], src_blocks)
+        self._check_blocks(f"{name} (destination blocks)", [p[1] for p in pairs], dst_blocks)
+
     @torch.inference_mode()
     def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V."""
+        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V.
+
+        Raises:
+            ValueError: a block id outside the pool.
+        """
         pairs = list(pairs)
+        self._check_pairs("pairs", pairs, self.num_blocks, self.num_blocks)
         if pairs:
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
@@ -177,10 +191,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
-        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs)."""
+        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
+
+        Raises:
+            ValueError: a block id outside the device pool or the CPU swap space.
+        """
         pairs = list(mapping.items() if isinstance(mapping, Mapping) else mapping)
         if not pairs:
             return
+        self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
         if self.cpu_cache is None:
             self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
         src = torch.tensor([s for s, _ in pairs], device=self.device)
@@ -189,69 +208,35 @@ class ModelRunner:
 
     @torch.inference_mode()
     def swap_in(self, mapping: Mapping[int, int]) -> None:
-        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``)."""
+        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
+
+        Raises:
+            ValueError: a block id outside the pools, or nothing swapped out yet.
+        """
         if not mapping:
             return
+        self._check_pairs("mapping", list(mapping.items()), self.num_cpu_blocks, self.num_blocks)
+        if self.cpu_cache is None:
+            raise ValueError("mapping names CPU blocks, but nothing was swapped out yet (the CPU cache is empty)")
         src = torch.tensor(list(mapping.keys()))
         dst = torch.tensor(list(mapping.values()), device=self.device)
         self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
 
-    # ------------------------------------------------------------------ hooks (speculative decoding)
-    def extend(self, block_manager: BlockManager, new_tokens: Mapping[Hashable, Sequence[int]],
-               all_logits: bool = True) -> dict[Hashable, torch.Tensor]:
-        """Feed new tokens to several sequences in one forward and return their logits.
+    # ------------------------------------------------------------------ hook (speculative decoding)
+    def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],
+               block_tables: Sequence[Sequence[int]], all_logits: bool = True) -> list[torch.Tensor]:
+        """:meth:`forward` with the logits split per sequence.
 
-        A sequence the block manager does not know yet is allocated (its tokens are its
-        prompt; prefix-cache hits are skipped and get no logits row). For a known sequence
-        the tokens get new slots (copy-on-write included). Used by the logits tests and by
-        speculative decoding to verify γ draft tokens: feed ``[last, d_1 … d_γ]``, read
-        ``γ + 1`` rows, then :meth:`rollback` the rejected ones.
-
-        Args:
-            block_manager: the manager of this runner's cache (same ``block_size``, ``num_blocks``).
-            new_tokens: ``{seq_id: [token ids]}``, each non-empty.
-            all_logits: a row for every computed token (default) or only the last.
+        Used by the logits tests and by speculative decoding to verify γ draft tokens: feed
+        ``[last, d_1 … d_γ]``, read ``γ + 1`` rows, then truncate the rejected slots in the
+        block manager (``BlockManager.truncate``; nothing in the cache is zeroed, the next
+        tokens overwrite them). The slots come from ``BlockManager.reserve``.
 
         Returns:
-            ``{seq_id: logits (k, vocab)}`` (float32; ``k`` = computed tokens, or 1).
-
-        Raises:
-            NoFreeBlocksError: the pool cannot hold the new tokens (nothing is run).
-            ValueError: an empty token list.
+            one float32 tensor per sequence: ``(len(new_tokens[i]), vocab)``, or ``(1, vocab)``
+            without ``all_logits``.
         """
-        seqs, tokens, starts, tables = [], [], [], []
-        for seq_id, ids in new_tokens.items():
-            ids = [int(t) for t in ids]
-            if not ids:
-                raise ValueError(f"new_tokens[{seq_id!r}] must hold at least one token")
-            if block_manager.has_seq(seq_id):
-                start = block_manager.num_tokens(seq_id)
-                self.copy_blocks((src, blk) for blk, _, src in block_manager.append_slots(seq_id, ids)
-                                 if src is not None)
-            else:
-                start = block_manager.allocate(seq_id, ids)
-                ids = ids[start:]
-            seqs.append(seq_id)
-            tokens.append(ids)
-            starts.append(start)
-            tables.append(block_manager.block_table(seq_id))
-        logits = self.forward(tokens, starts, tables, all_logits=all_logits)
-        for seq_id in seqs:
-            block_manager.mark_computed(seq_id, block_manager.num_tokens(seq_id))
+        logits = self.forward(new_tokens, start_positions, block_tables, all_logits=all_logits)
         if not all_logits:
-            return {s: logits[i:i + 1] for i, s in enumerate(seqs)}
-        return dict(zip(seqs, torch.split(logits, [len(t) for t in tokens])))
-
-    @staticmethod
-    def rollback(block_manager: BlockManager, seq_id: Hashable, num_tokens: int) -> list[int]:
-        """Forget the last ``num_tokens`` tokens of a sequence (rejected drafts); returns freed blocks.
-
-        Their slots are overwritten by the next :meth:`extend`; nothing in the cache is zeroed.
-
-        Raises:
-            ValueError: ``num_tokens`` negative or more than the sequence holds.
-        """
-        n = block_manager.num_tokens(seq_id)
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= n:
-            raise ValueError(f"num_tokens must be an integer in [0, {n}], got {num_tokens!r}")
-        return block_manager.truncate(seq_id, n - num_tokens)
+            return list(logits.split(1))
+        return list(torch.split(logits, [len(t) for t in new_tokens]))

@@ -1,4 +1,5 @@
-"""The scheduler: continuous batching with preemption and chunked prefill (seed 000 §5.3.1–5.3.8).
+"""The scheduler: continuous batching with preemption and chunked prefill (Yu et al. 2022, Orca;
+Kwon et al. 2023, vLLM; Agrawal et al. 2024, Sarathi-Serve).
 
 Every engine step the scheduler decides which sequences run and how many of their tokens:
 
@@ -27,61 +28,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..validation import check_bool, check_choice, check_int
 from .block_manager import BlockManager
+from .sequence import Sequence, SequenceStatus
 
-WAITING, RUNNING, SWAPPED, FINISHED = "waiting", "running", "swapped", "finished"
-
-
-@dataclass
-class Sequence:
-    """One sequence of tokens being generated (a request, or one sample of a request with n > 1).
-
-    Attributes:
-        seq_id: its id (the request id).
-        prompt_ids: the prompt's token ids.
-        max_new_tokens: most tokens to generate.
-        output_ids: tokens generated so far.
-        status: ``"waiting"``, ``"running"``, ``"swapped"`` or ``"finished"``.
-        num_computed_tokens: tokens whose K/V is in the cache. A decoding sequence has all its
-            tokens but the newest computed; prefill and recompute start from 0 (or from the
-            prefix-cache hits).
-        finish_reason: ``"stop"``, ``"length"`` or ``"error"`` once finished.
-        num_preemptions: times it was preempted.
-    """
-
-    seq_id: str
-    prompt_ids: list[int]
-    max_new_tokens: int
-    output_ids: list[int] = field(default_factory=list)
-    status: str = WAITING
-    num_computed_tokens: int = 0
-    finish_reason: str | None = None
-    error: str | None = None
-    num_preemptions: int = 0
-    num_cached_tokens: int = 0          # prefix-cache hits at the last admission
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
-
-    @property
-    def num_uncomputed_tokens(self) -> int:
-        """Tokens still to run through the model before the next token can be sampled."""
-        return self.num_tokens - self.num_computed_tokens
-
-    @property
-    def is_prefill(self) -> bool:
-        """True while (re)computing a prompt, False when decoding one token a step."""
-        return self.num_uncomputed_tokens > 1 or not self.output_ids
-
-    @property
-    def max_slots(self) -> int:
-        """Most KV slots it can ever hold: prompt + max_new_tokens - 1 (the last token is never fed)."""
-        return len(self.prompt_ids) + self.max_new_tokens - 1
+__all__ = ["ScheduledSeq", "Scheduler", "SchedulerConfig", "SchedulerOutput", "Sequence", "SequenceStatus"]
 
 
 @dataclass
@@ -96,6 +47,7 @@ class SchedulerConfig:
         max_prefill_chunk: most prompt tokens of one sequence per step (None = the budget).
 
     Raises:
+        TypeError: a value of the wrong type (a flag must be a bool).
         ValueError: a value outside its range.
     """
 
@@ -106,18 +58,15 @@ class SchedulerConfig:
     max_prefill_chunk: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.max_num_seqs = check_int("max_num_seqs", self.max_num_seqs, 1)
+        self.max_num_batched_tokens = check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens must be >= max_num_seqs ({self.max_num_seqs}) so every "
                              f"running sequence can decode, got {self.max_num_batched_tokens}")
-        if self.preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}")
-        chunk = self.max_prefill_chunk
-        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-            raise ValueError(f"max_prefill_chunk must be an integer >= 1 or None, got {chunk!r}")
+        check_choice("preemption_mode", self.preemption_mode, ("recompute", "swap"))
+        check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        if self.max_prefill_chunk is not None:
+            self.max_prefill_chunk = check_int("max_prefill_chunk", self.max_prefill_chunk, 1, hint=" or None")
 
     @property
     def chunk_size(self) -> int:
@@ -187,7 +136,7 @@ class Scheduler:
     # ------------------------------------------------------------------ queue helpers
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence (check :meth:`why_never_fits` first)."""
-        seq.status = WAITING
+        seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
@@ -215,7 +164,7 @@ class Scheduler:
                 queue.remove(seq)
         if self.block_manager.has_seq(seq.seq_id):
             self.block_manager.free(seq.seq_id)
-        seq.status, seq.finish_reason = FINISHED, reason
+        seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
 
     # ------------------------------------------------------------------ one step
     def schedule(self) -> SchedulerOutput:
@@ -268,7 +217,7 @@ class Scheduler:
             self.swapped.popleft()
             out.blocks_to_swap_in.update(bm.swap_in(seq.seq_id))
             bm.append_slot(seq.seq_id, seq.token_ids[-1])     # fresh blocks: never a copy
-            seq.status = RUNNING
+            seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, 1))
             budget -= 1
@@ -281,15 +230,15 @@ class Scheduler:
             tokens = seq.token_ids
             if not bm.can_allocate(tokens):
                 break
-            cached = bm.num_cached_prefix_tokens(tokens)
+            cached = bm.num_prefix_hit_tokens(tokens)
             n = min(len(tokens) - cached, self.config.chunk_size)
             if n > budget:
                 if not self.config.enable_chunked_prefill:
                     break                                       # a whole prompt or nothing
                 n = budget
             self.waiting.popleft()
-            seq.num_cached_tokens = seq.num_computed_tokens = bm.allocate(seq.seq_id, tokens)
-            seq.status = RUNNING
+            seq.num_prefix_hit_tokens = seq.num_computed_tokens = bm.allocate(seq.seq_id, tokens)
+            seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
             budget -= n
@@ -301,12 +250,12 @@ class Scheduler:
         decoding = seq.output_ids and seq.num_computed_tokens == bm.num_tokens(seq.seq_id)
         if self.config.preemption_mode == "swap" and decoding and bm.can_swap_out(seq.seq_id):
             out.blocks_to_swap_out.extend(bm.swap_out(seq.seq_id).items())
-            seq.status = SWAPPED
+            seq.status = SequenceStatus.SWAPPED
             self.swapped.appendleft(seq)                        # victims go youngest first: oldest ends in front
         else:                                                   # recompute later from scratch
             bm.free(seq.seq_id)
             seq.num_computed_tokens = 0
-            seq.status = WAITING
+            seq.status = SequenceStatus.WAITING
             self.waiting.appendleft(seq)
 
     def on_step_done(self, out: SchedulerOutput) -> None:

@@ -4,7 +4,7 @@ Pure functions: numbers and strings in, a ``plotly.graph_objects.Figure`` out; n
 runs a model or imports widgets. Every figure has a fixed set of traces so that a panel can
 wrap it in a ``go.FigureWidget`` and update the data in place.
 
-Colours follow the classic simulator's: green = accepted draft token, red = rejected and
+Colours: green = accepted draft token, red = rejected and
 replaced by the target's own token, purple = bonus token after full acceptance, grey =
 drafted but discarded (after the first rejection).
 """
@@ -58,7 +58,7 @@ def round_cells(draft_labels: Sequence[str], num_accepted: int, next_label: str)
 
 def rounds_figure(rounds: Sequence, label: Callable[[int], str] | None = None, *,
                   title: str = "Draft-verify rounds", max_rounds: int = 12) -> go.Figure:
-    """Rounds drawn like the classic simulator: one row per round, one cell per token.
+    """Speculative rounds: one row per round, one cell per token.
 
     Args:
         rounds: objects with ``draft_tokens``, ``num_accepted``, ``next_token`` (e.g.
@@ -155,7 +155,7 @@ def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float
 
 def tokens_per_forward_heatmap(alphas: Sequence[float], gammas: Sequence[int], table: Sequence[Sequence[float]], *,
                                title: str = "Tokens per target forward (1−α^(γ+1))/(1−α)") -> go.Figure:
-    """The source text's table as a heatmap with the numbers written in: rows α, columns γ.
+    """Tokens per target forward as a heatmap with the numbers written in: rows α, columns γ.
 
     Raises:
         ValueError: ``table`` is not ``len(alphas) × len(gammas)``.
@@ -197,8 +197,8 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
     """Wall-clock speed-up vs γ: per series a measured line and its prediction (dashed).
 
     Args:
-        series: name → ``{"measured": [...], "predicted": [...], "seed": [...]}`` (each per γ;
-            ``"seed"`` = the textbook formula with v = 1, optional).
+        series: name → ``{"measured": [...], "predicted": [...], "free_verification": [...]}``
+            (each per γ; ``"free_verification"`` = the prediction with v = 1, optional).
     """
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
     fig = go.Figure()
@@ -209,8 +209,8 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
         if "predicted" in d:
             fig.add_trace(go.Scatter(x=list(gammas), y=list(d["predicted"]), name=f"{name}: E/(γc+v(γ))",
                                      mode="lines", line={"color": col, "dash": "dash", "width": 2}))
-        if "seed" in d:
-            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["seed"]), name=f"{name}: formula with v=1",
+        if "free_verification" in d:
+            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["free_verification"]), name=f"{name}: formula with v=1",
                                      mode="lines", line={"color": col, "dash": "dot", "width": 1}))
     fig.add_hline(y=1.0, line={"color": "black", "width": 1})
     fig.update_xaxes(title="draft length γ (tokens)", dtick=1)

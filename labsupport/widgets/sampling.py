@@ -35,6 +35,7 @@ from labsupport.sampling import (
     probs_from_logits,
     trace_filters,
 )
+from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
 
 _WIDE = {"description_width": "initial"}
@@ -103,7 +104,7 @@ def _stat(name: str, value: str) -> str:
 
 def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, temperature: float = 1.0,
                       top_n: int = 20, shift: float = 10.0) -> widgets.VBox:
-    """Seed 001 §2 "temperature and distribution", on the real model.
+    """Temperature and distribution, on the real model.
 
     Controls: an editable prompt, a temperature slider (0 = greedy … 3), a button that adds
     ``shift`` to *every* logit and one that resets it. Shows the logits and probabilities of
@@ -125,10 +126,8 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     Raises:
         ValueError: ``top_n`` < 1 or ``temperature`` outside [0, 3].
     """
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
-    if not 0.0 <= temperature <= 3.0:
-        raise ValueError(f"temperature must be in [0, 3] for this panel, got {temperature!r}")
+    check_int("top_n", top_n, 1)
+    check_real("temperature", temperature, 0, 3, hint=" for this panel")
     top_n = min(top_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
     prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
@@ -146,7 +145,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     def update(*_):
         try:
             ids, logits = cache.get(prompt_box.value)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             stats.value = _error_html(err)
             return
         t = float(t_slider.value)
@@ -203,7 +202,7 @@ def _samples_html(texts: list[str], first_ids: list[int], prompt_tail: str, seed
 def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  seed: int = 0, max_new_tokens: int = 20, n_samples: int = 20, top_n: int = 15) -> widgets.VBox:
-    """Seed 001 §3 "sampling lab", on the real model.
+    """The sampling lab, on the real model.
 
     Sliders for temperature (0 = greedy), top-k (0 = off), top-p, min-p, repetition penalty θ,
     the seed and the number of new tokens. Shows the ``top_n`` most likely next tokens after
@@ -233,8 +232,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                    repetition_penalty=repetition_penalty, max_tokens=max_new_tokens)       # validates
     for name, value, lo, hi in (("seed", seed, 0, 99), ("max_new_tokens", max_new_tokens, 1, 60),
                                 ("n_samples", n_samples, 1, 100), ("top_n", top_n, 1, 100)):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        check_int(name, value, lo, hi)
     top_n = min(top_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
 
@@ -272,7 +270,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         sp = params()
         try:
             ids, logits = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             stats.value, continuation.value = _error_html(err), ""
             return
         trace = trace_filters(logits, sp, prev_ids=ids)
@@ -296,7 +294,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         sp = params()
         try:
             ids, _ = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             output.outputs = ()
             output.append_display_data(HTML(_error_html(err)))
             return

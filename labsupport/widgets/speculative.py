@@ -66,7 +66,7 @@ def _sim_label(i: int) -> str:
 
 def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_max: int = 12,
                  n_rounds: int = 4000, seed: int = 0) -> widgets.VBox:
-    """The classic "theory vs Monte Carlo" simulator with sliders α, γ, c and verification cost s.
+    """Theory vs Monte Carlo of speculative rounds, with sliders α, γ, c and verification cost s.
 
     Top: speed-up vs γ — theory ``(1−α^(γ+1)) / ((1−α)(γc + v))`` with ``v(γ) = 1 + s·γ``
     (s = 0 is the textbook's free verification), Monte Carlo points from ``n_rounds`` simulated

@@ -1,0 +1,74 @@
+"""A sequence being generated and its status (nano-vllm's ``Sequence``, vLLM's ``SequenceStatus``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class SequenceStatus(str, Enum):
+    """Where a sequence is: in a queue of the scheduler, or done.
+
+    A ``str`` enum, so ``status == "running"`` and figures that print it read naturally.
+    """
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Sequence:
+    """One sequence of tokens being generated (a request, or one sample of a request with n > 1).
+
+    Attributes:
+        seq_id: its id (the request id).
+        prompt_ids: the prompt's token ids.
+        max_new_tokens: most tokens to generate (already cut to the context window).
+        output_ids: tokens generated so far.
+        status: a :class:`SequenceStatus`.
+        num_computed_tokens: tokens whose K/V is in the cache. A decoding sequence has all its
+            tokens but the newest computed; prefill and recompute start from 0 (or from the
+            prefix-cache hits).
+        finish_reason: ``"stop"``, ``"length"``, ``"abort"`` or ``"error"`` once finished.
+        error: why, for ``"error"``.
+        num_preemptions: times it was preempted.
+        num_prefix_hit_tokens: prompt tokens served from the prefix cache at the last admission.
+    """
+
+    seq_id: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    output_ids: list[int] = field(default_factory=list)
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    num_preemptions: int = 0
+    num_prefix_hit_tokens: int = 0
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Tokens still to run through the model before the next token can be sampled."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        """True while (re)computing a prompt, False when decoding one token a step."""
+        return self.num_uncomputed_tokens > 1 or not self.output_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
