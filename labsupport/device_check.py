@@ -24,6 +24,7 @@ PROMPTS = ["Return the number of items in the list.", "If the value is not given
 def _checks(device: torch.device) -> list[tuple[str, Callable[[], tuple[bool, str]]]]:
     from . import speculative as spec
     from .engine import BlockManager, LLMEngine, ModelRunner
+    from .engine.extend import extend
     from .generation import generate
     from .models import load_model
     from .sampling import GREEDY
@@ -40,7 +41,7 @@ def _checks(device: torch.device) -> list[tuple[str, Callable[[], tuple[bool, st
         return gap <= 1e-4, f"max |HF on {device.type} − HF on cpu| = {gap:.1e}"
 
     def engine_logits():
-        out = ModelRunner(lm, 4, 16).extend(BlockManager(16, 4), {"s": ids})["s"]
+        out = extend(ModelRunner(lm, 4, 16), BlockManager(16, 4), {"s": ids})["s"]
         with torch.no_grad():
             ref = lm.model(torch.tensor([ids], device=device)).logits[0].float()
         gap = float((out - ref).abs().max())

@@ -17,6 +17,7 @@ import torch
 from labsupport import speculative as spec
 from labsupport.beam import beam_search
 from labsupport.engine import BlockManager, LLMEngine, ModelRunner
+from labsupport.engine.extend import extend
 from labsupport.generation import generate, generate_batch
 from labsupport.models import LoadedModel, load_model
 from labsupport.sampling import GREEDY, SamplingParams
@@ -87,13 +88,13 @@ def test_engine_logits_equal_hf_on_cuda(gpu_lm, block_size):
     runner = ModelRunner(gpu_lm, block_size, bm.num_blocks)
     assert runner.device.type == "cuda" and runner.kv_cache.is_cuda
     seqs = {i: list(p) for i, p in enumerate(prompts)}
-    out = runner.extend(bm, seqs)
+    out = extend(runner, bm, seqs)
     for i, p in seqs.items():
         assert out[i].is_cuda
         torch.testing.assert_close(out[i], full_logits(gpu_lm, p), atol=1e-4, rtol=0)
     for _ in range(6):
         new = {i: [int(out[i][-1].argmax())] for i in seqs}
-        out = runner.extend(bm, new)
+        out = extend(runner, bm, new)
         for i in seqs:
             seqs[i] += new[i]
             torch.testing.assert_close(out[i], full_logits(gpu_lm, seqs[i])[-1:], atol=1e-4, rtol=0)
@@ -106,7 +107,7 @@ def test_engine_logits_on_cuda_equal_cpu(tiny_lm, gpu_lm):
     outs = []
     for lm in (tiny_lm, gpu_lm):
         runner = ModelRunner(lm, 4, 16)
-        outs.append(runner.extend(BlockManager(16, 4), {"s": p})["s"].cpu())
+        outs.append(extend(runner, BlockManager(16, 4), {"s": p})["s"].cpu())
     torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=0)
 
 
@@ -180,7 +181,7 @@ def test_prefix_caching_on_cuda(gpu_lm):
                                                                                     max_new_tokens=8)
     for p, o in zip(prompts, outs):
         assert o.token_ids == hf_generate(gpu_lm, p, 8)
-    assert engine.block_manager.num_prefix_hits >= 6
+    assert engine.block_manager.num_prefix_hit_blocks >= 6
 
 
 def test_seeded_sampling_on_cuda_matches_generate(gpu_lm):
