@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "vllm_worker.py"
 HOW_TO = ("vLLM is not set up here: run `make vllm` in the course folder (it creates .venv-vllm with "
-          "vLLM's CPU build, about 3.5 GB; on a machine with CUDA `make vllm VLLM_SPEC=vllm VLLM_TORCH_SPEC=torch VLLM_DROP=`), "
+          "vLLM's CPU build, about 3.5 GB; on a machine with CUDA "
+          "`make vllm VLLM_SPEC=vllm VLLM_TORCH_SPEC=torch VLLM_DROP=`), "
           "or point LABSUPPORT_VLLM_PYTHON at a Python that has vLLM.")
 
 
