@@ -41,7 +41,7 @@ import torch
 
 from .generation import _check_length, _prompt_ids
 from .models import LoadedModel, model_forward
-from .validation import check_int, check_real
+from .validation import check_int, check_real, check_token_ids
 
 LN2 = math.log(2)
 
@@ -203,7 +203,7 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
     ids = _prompt_ids(lm, prompt)
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
-    _check_length(lm, len(ids), max_new_tokens)
+    max_new_tokens = _check_length(lm, len(ids), max_new_tokens)
     eos = None if ignore_eos else (lm.eos_token_id if eos_token_id is None else int(eos_token_id))
     start = time.perf_counter()
     search = BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, eos)
@@ -327,13 +327,17 @@ def sequence_logprob(lm: LoadedModel, prompt: str | Sequence[int], token_ids: Se
     Used to score greedy's output on the same scale as the beams.
 
     Raises:
-        ValueError: empty prompt or ``token_ids``, or a length beyond the model's positions.
+        TypeError: ids that are not integers.
+        ValueError: empty prompt or ``token_ids``, an id outside the vocabulary, or a length
+            beyond the model's positions.
     """
     ids = _prompt_ids(lm, prompt)
-    if len(token_ids) == 0:
-        raise ValueError("token_ids must hold at least one token, got none")
-    _check_length(lm, len(ids), len(token_ids))
-    seq = torch.tensor([ids + [int(t) for t in token_ids]], device=lm.device)
+    token_ids = check_token_ids("token_ids", token_ids, int(lm.model.config.vocab_size))
+    limit = int(lm.model.config.n_positions)
+    if len(ids) + len(token_ids) > limit:
+        raise ValueError(f"prompt length + len(token_ids) must be <= {limit} (the model's n_positions), "
+                         f"got {len(ids)} + {len(token_ids)}")
+    seq = torch.tensor([ids + token_ids], device=lm.device)
     logits, _ = model_forward(lm.model, seq, use_cache=False)
     logp = torch.log_softmax(logits[0, len(ids) - 1:-1].float(), dim=-1)             # (n, vocab)
     return float(logp.gather(-1, seq[0, len(ids):, None]).sum())

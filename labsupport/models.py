@@ -48,6 +48,15 @@ class LoadedModel:
     def eos_token_id(self) -> int:
         return int(self.tokenizer.eos_token_id)
 
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every end-of-sequence id: the tokenizer's and those of the model's config and
+        generation config (instruction-tuned checkpoints often list several)."""
+        from .stopping import eos_ids_of
+
+        return eos_ids_of(self.tokenizer.eos_token_id, getattr(self.model.config, "eos_token_id", None),
+                          getattr(getattr(self.model, "generation_config", None), "eos_token_id", None))
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

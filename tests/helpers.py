@@ -37,13 +37,14 @@ def shipped_tokenizer():
 
 
 def make_tiny_lm(seed: int = 0, n_layer: int = 2, n_head: int = 2, n_embd: int = 64,
-                 n_positions: int = 64) -> LoadedModel:
-    """A random ``GPT2LMHeadModel`` (fp32, CPU, eval) with the shipped tokenizer."""
+                 n_positions: int = 64, vocab_size: int | None = None) -> LoadedModel:
+    """A random ``GPT2LMHeadModel`` (fp32, CPU, eval) with the shipped tokenizer (``vocab_size``
+    other than the tokenizer's makes a model whose logits have another width)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = shipped_tokenizer()
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=len(tok), n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+    cfg = GPT2Config(vocab_size=vocab_size or len(tok), n_layer=n_layer, n_head=n_head, n_embd=n_embd,
                      n_positions=n_positions, bos_token_id=tok.eos_token_id,
                      eos_token_id=tok.eos_token_id)
     model = GPT2LMHeadModel(cfg).eval()

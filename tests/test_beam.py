@@ -156,11 +156,20 @@ def test_cost_is_width_times_greedy(tiny_lm):
     ({"beam_width": 2, "early_stopping": "sometimes"}, "early_stopping"),
     ({"beam_width": 2, "length_penalty": float("nan")}, "length_penalty"),
     ({"beam_width": 2, "max_new_tokens": 0}, "max_new_tokens"),
-    ({"beam_width": 2, "max_new_tokens": 500}, "max_new_tokens"),
 ])
 def test_bad_arguments(tiny_lm, kwargs, word):
     with pytest.raises(ValueError, match=word):
         beam_search(tiny_lm, PROMPT, **kwargs)
+
+
+def test_context_window_policy(tiny_lm):
+    """A prompt that fills the window is an error; one that fits runs until the window is full."""
+    with pytest.raises(ValueError, match="n_positions"):
+        beam_search(tiny_lm, [7] * 64, 2, max_new_tokens=1)
+    res = beam_search(tiny_lm, [7] * 60, 2, max_new_tokens=500, ignore_eos=True, num_return_sequences=2)
+    assert all(h.length == 4 and h.finish_reason == "length" for h in res.hypotheses)
+    with pytest.raises(ValueError, match="token_ids"):
+        sequence_logprob(tiny_lm, [7, 8], [4096])
 
 
 def test_bad_scores():

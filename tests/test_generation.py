@@ -94,11 +94,13 @@ def test_stop_string_cuts_text(tiny_lm):
 def test_length_limits_are_checked(tiny_lm):
     with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
         generate(tiny_lm, "Hello", max_new_tokens=0)
-    with pytest.raises(ValueError, match=r"must be <= 64 \(the model's n_positions\)"):
-        generate(tiny_lm, "Hello", max_new_tokens=200)
-    with pytest.raises(ValueError, match="prompt must contain at least one token"):
+    with pytest.raises(ValueError, match=r"must be < 64 \(the model's n_positions\)"):
+        generate(tiny_lm, [7] * 64, max_new_tokens=1)              # the prompt alone fills the window
+    run = generate(tiny_lm, [7] * 10, SamplingParams(temperature=0.0, ignore_eos=True), max_new_tokens=200)
+    assert run.finish_reason == "length" and len(run.token_ids) == 54    # ran until the window was full
+    with pytest.raises(ValueError, match="prompt must contain at least one token id, got an empty prompt"):
         generate(tiny_lm, "", max_new_tokens=2)
-    with pytest.raises(ValueError, match="prompt token ids must be in"):
+    with pytest.raises(ValueError, match=r"prompt must be token ids in \[0, 4096\)"):
         generate(tiny_lm, [10 ** 6], max_new_tokens=2)
 
 

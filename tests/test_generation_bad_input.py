@@ -21,8 +21,8 @@ NO_EOS = GREEDY.replace(ignore_eos=True)
 
 # ============================================================================ generation
 @pytest.mark.parametrize("prompt", [[1.7, 2], ["a"], [[1, 2]], None, 5, [True, 3], torch.tensor([[1, 2]])])
-def test_prompt_of_wrong_type_is_a_value_error(tiny_lm, prompt):
-    with pytest.raises(ValueError, match="prompt"):
+def test_prompt_of_wrong_type_is_a_type_error(tiny_lm, prompt):
+    with pytest.raises(TypeError, match="prompt"):
         generate(tiny_lm, prompt, NO_EOS, max_new_tokens=2)
 
 
@@ -69,9 +69,9 @@ def test_lengths_up_to_exactly_n_positions(tiny_lm):
 
 
 def test_generate_rejects_bad_params_and_top_n(tiny_lm):
-    with pytest.raises(ValueError, match="params must be a SamplingParams"):
+    with pytest.raises(TypeError, match="params must be a SamplingParams"):
         generate(tiny_lm, [1], {"temperature": 0}, max_new_tokens=1)
-    with pytest.raises(ValueError, match="params must be a SamplingParams"):
+    with pytest.raises(TypeError, match="params must be a SamplingParams"):
         generate_batch(tiny_lm, [[1]], None, max_new_tokens=1)
     with pytest.raises(ValueError, match="top_n"):
         generate(tiny_lm, [1], NO_EOS, max_new_tokens=1, top_n=-1)  # was a RuntimeError from topk

@@ -1,9 +1,10 @@
 """``python -m labsupport.bench NAME [args]``: run one benchmark (or ``all``).
 
 Each NAME maps to a module ``labsupport.bench.<module>`` with ``main(argv) -> int``:
-``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``, ``vllm`` → ``vs_vllm``.
-``all`` runs every one that exists, with default arguments (one whose ``unavailable()`` gives
-a reason, such as ``vllm`` without ``.venv-vllm``, is skipped with that reason).
+``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``,
+``structured`` → ``structured``, ``vllm`` → ``vs_vllm``. ``all`` runs every one that exists, with
+default arguments (one whose ``unavailable()`` gives a reason, such as ``vllm`` without
+``.venv-vllm``, is skipped with that reason).
 """
 
 from __future__ import annotations

@@ -201,11 +201,13 @@ def _samples_html(texts: list[str], first_ids: list[int], prompt_tail: str, seed
 
 def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  seed: int = 0, max_new_tokens: int = 20, n_samples: int = 20, top_n: int = 15) -> widgets.VBox:
     """The sampling lab, on the real model.
 
     Sliders for temperature (0 = greedy), top-k (0 = off), top-p, min-p, repetition penalty θ,
-    the seed and the number of new tokens. Shows the ``top_n`` most likely next tokens after
+    frequency and presence penalties (over the generated tokens; they shape the continuation, not
+    the first token's bars), the seed and the number of new tokens. Shows the ``top_n`` most likely next tokens after
     the prompt, kept (probability actually sampled from) versus cut (with the filter that cut
     them, from ``labsupport.sampling.trace_filters``), a seeded continuation of
     ``max_new_tokens`` tokens with its Σ log₂ p, and a button that draws ``n_samples``
@@ -214,7 +216,8 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
     Args:
         lm: a loaded model.
         prompt: the starting prompt (editable).
-        temperature, top_k, top_p, min_p, repetition_penalty: starting values (validated by
+        temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty:
+            starting values (validated by
             :class:`labsupport.sampling.SamplingParams`).
         seed: starting seed (0–99) of the ``torch.Generator`` used for sampling.
         max_new_tokens: starting continuation length in tokens (1–60).
@@ -229,7 +232,8 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         ValueError: a starting value outside its range.
     """
     SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                   repetition_penalty=repetition_penalty, max_tokens=max_new_tokens)       # validates
+                   repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                   presence_penalty=presence_penalty, max_tokens=max_new_tokens)        # validates
     for name, value, lo, hi in (("seed", seed, 0, 99), ("max_new_tokens", max_new_tokens, 1, 60),
                                 ("n_samples", n_samples, 1, 100), ("top_n", top_n, 1, 100)):
         check_int(name, value, lo, hi)
@@ -250,6 +254,10 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         "min_p": slider(widgets.FloatSlider, min_p, 0.0, 1.0, 0.05, "min-p (0 = off)", ".2f"),
         "repetition_penalty": slider(widgets.FloatSlider, repetition_penalty, 1.0, 2.0, 0.05,
                                      "repetition penalty θ (1 = off)", ".2f"),
+        "frequency_penalty": slider(widgets.FloatSlider, frequency_penalty, -2.0, 2.0, 0.1,
+                                    "frequency penalty (0 = off)", ".1f"),
+        "presence_penalty": slider(widgets.FloatSlider, presence_penalty, -2.0, 2.0, 0.1,
+                                   "presence penalty (0 = off)", ".1f"),
         "seed": slider(widgets.IntSlider, seed, 0, 99, 1, "seed"),
         "max_new_tokens": slider(widgets.IntSlider, max_new_tokens, 1, 60, 1, "new tokens"),
         "samples": widgets.Button(description=f"{n_samples} samples", icon="random", button_style="info"),
@@ -264,6 +272,8 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         return SamplingParams(temperature=float(c["temperature"].value), top_k=int(c["top_k"].value),
                               top_p=float(c["top_p"].value), min_p=float(c["min_p"].value),
                               repetition_penalty=float(c["repetition_penalty"].value),
+                              frequency_penalty=float(c["frequency_penalty"].value),
+                              presence_penalty=float(c["presence_penalty"].value),
                               max_tokens=int(c["max_new_tokens"].value), seed=int(c["seed"].value))
 
     def update(*_):
@@ -273,7 +283,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         except (TypeError, ValueError) as err:
             stats.value, continuation.value = _error_html(err), ""
             return
-        trace = trace_filters(logits, sp, prev_ids=ids)
+        trace = trace_filters(logits, sp, prev_ids=ids, prompt_lens=len(ids))
         top = torch.topk(trace.base_probs, top_n).indices.tolist()
         _refresh(figure, filter_figure(_labels(lm, top), trace.base_probs[top].tolist(),
                                        trace.final_probs[top].tolist(), [trace.reason[i] for i in top]))
@@ -310,10 +320,10 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         else:
             control.observe(update, names="value")
     update()
-    left = widgets.VBox([controls[k] for k in ("temperature", "top_k", "top_p", "min_p")],
+    left = widgets.VBox([controls[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed")],
                         layout=widgets.Layout(width="50%"))
-    right = widgets.VBox([controls[k] for k in ("repetition_penalty", "seed", "max_new_tokens", "samples")],
-                         layout=widgets.Layout(width="50%"))
+    right = widgets.VBox([controls[k] for k in ("repetition_penalty", "frequency_penalty", "presence_penalty",
+                                                "max_new_tokens", "samples")], layout=widgets.Layout(width="50%"))
     box = widgets.VBox([controls["prompt"], widgets.HBox([left, right]), stats, figure, continuation, output])
     box.controls, box.figure, box.update, box.cache = controls, figure, update, cache
     box.samples, box.output, box.stats, box.continuation = samples, output, stats, continuation
