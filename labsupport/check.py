@@ -3,7 +3,8 @@
 Prints the versions that matter, the device the chapters will use, whether the shipped
 models load and generate, and whether JupyterLab has the widget and plotly front-ends.
 Exits with 1 when something a chapter needs is missing, so ``make test`` stops early with a
-readable message instead of a failure deep inside a notebook.
+readable message instead of a failure deep inside a notebook. ``--device cuda`` instead runs the
+core's invariants on that device (:mod:`labsupport.device_check`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-model", action="store_true", help="skip loading the shipped models")
+    parser.add_argument("--device", help="instead, check the core's invariants on this device ('cuda', 'cpu', "
+                        "'mps'): engine logits = HF, greedy, swap, speculative (see labsupport.device_check)")
     args = parser.parse_args(argv)
+    if args.device is not None:
+        from .device_check import device_report
+
+        return device_report(args.device)
 
     problems: list[str] = []
     report: dict = {"python": sys.version.split()[0], "platform": platform.platform(),
