@@ -16,6 +16,10 @@ Steps (each seeded):
    the model card).
 
 ``--smoke`` runs a few steps into a temporary folder (used by CI).
+
+``python -m labsupport.train medusa`` trains Medusa heads (Cai et al. 2024) on the frozen
+shipped target, on the same corpus and split, and saves them to ``assets/models/tiny-gpt2-medusa``
+(:func:`medusa_main`).
 """
 
 from __future__ import annotations
@@ -300,7 +304,54 @@ CARD_PROMPTS = ["Return the", "If the value is", "This module provides", "The de
                 "Raise ValueError if"]
 
 
+def medusa_main(argv: list[str] | None = None) -> int:
+    """``python -m labsupport.train medusa``: heads on the frozen shipped target, same corpus and split."""
+    from .models import load_model
+    from .speculative.medusa import MEDUSA_DIR, train_medusa
+
+    parser = argparse.ArgumentParser(prog="python -m labsupport.train medusa",
+                                     description="Train Medusa heads on the frozen tiny-gpt2 target.")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models" / MEDUSA_DIR)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--heads", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus, for CI")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    docs = build_corpus(max_documents=600 if args.smoke else None)
+    rng = random.Random(args.seed)                       # the split of the base run (same seed, same order)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    n_val = max(1, int(0.03 * len(docs)))
+    target = load_model("tiny-gpt2", device="cpu")
+    eos = target.eos_token_id
+
+    def encode(ids_of: list[int]) -> torch.Tensor:
+        ids: list[int] = []
+        for i in ids_of:
+            ids.extend(target.tokenizer(docs[i])["input_ids"])
+            ids.append(eos)
+        return torch.tensor(ids, dtype=torch.long)
+
+    val_ids, train_ids = encode(order[:n_val]), encode(order[n_val:])
+    steps = 3 if args.smoke else args.steps
+    heads, stats = train_medusa(target, train_ids, val_ids, num_heads=args.heads, steps=steps,
+                                batch_size=args.batch_size, seed=args.seed)
+    stats.update(threads=args.threads, total_seconds=round(time.perf_counter() - t0, 1),
+                 command="python -m labsupport.train medusa " + " ".join(argv or []))
+    heads.save(args.out, stats)
+    print(f"medusa heads: {stats['parameters'] / 1e6:.2f} M parameters, {stats['seconds']:.0f} s, "
+          f"validation top-1 by head {stats['val_top1_by_head']}; saved to {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["medusa"]:
+        return medusa_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models")
     parser.add_argument("--seed", type=int, default=1234)
