@@ -101,6 +101,14 @@ def _final_hidden(target: LoadedModel, batch: torch.Tensor) -> torch.Tensor:
     return out.last_hidden_state
 
 
+@torch.no_grad()
+def _target_labels(target: LoadedModel, batch: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Self-distillation labels ``(B, T)``: position ``j`` holds the target's arg-max after ``j − 1``
+    (teacher-forced), i.e. what the target would have said there — what verification checks."""
+    top = F.linear(hidden, target.model.lm_head.weight).argmax(-1)                # (B, T): token j+1
+    return torch.cat([batch[:, :1], top[:, :-1]], dim=1)
+
+
 def _head_loss(heads: MedusaHeads, hidden: torch.Tensor, ids: torch.Tensor, lm_head: torch.Tensor,
                weight_decay: float = 0.8) -> tuple[torch.Tensor, list[float]]:
     """Cross-entropy of head k on token t+k+1 (weights 0.8^k as Medusa-1); also top-1 accuracy per head."""
@@ -118,22 +126,35 @@ def _head_loss(heads: MedusaHeads, hidden: torch.Tensor, ids: torch.Tensor, lm_h
 
 @torch.no_grad()
 def head_accuracy(target: LoadedModel, heads: MedusaHeads, ids: torch.Tensor, seq_len: int = 128,
-                  max_windows: int = 32) -> list[float]:
-    """Top-1 accuracy of each head on held-out token windows (teacher-forced: head k on the true t+k+1)."""
+                  max_windows: int = 32, against: str = "text") -> list[float]:
+    """Top-1 accuracy of each head on held-out token windows, teacher-forced: head k at position t
+    scored on token t+k+1 of the text (``against="text"``) or on the target's own arg-max there
+    (``against="target"``, what greedy verification checks).
+
+    Raises:
+        ValueError: ``against`` not "text" or "target".
+    """
+    if against not in ("text", "target"):
+        raise ValueError(f"against must be 'text' or 'target', got {against!r}")
     n = min(max_windows, (len(ids) - 1) // seq_len)
     windows = torch.stack([ids[i * seq_len:(i + 1) * seq_len] for i in range(n)])
     lm_head = target.model.lm_head.weight
-    _, acc = _head_loss(heads, _final_hidden(target, windows), windows, lm_head)
+    hidden = _final_hidden(target, windows)
+    gold = windows if against == "text" else _target_labels(target, windows, hidden)
+    _, acc = _head_loss(heads, hidden, gold, lm_head)
     return acc
 
 
 def train_medusa(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Tensor, *, num_heads: int = 3,
                  steps: int = 400, batch_size: int = 8, seq_len: int = 128, num_windows: int = 384,
-                 lr: float = 1e-2, seed: int = 0) -> tuple[MedusaHeads, dict]:
+                 lr: float = 3e-3, distill: bool = True, seed: int = 0) -> tuple[MedusaHeads, dict]:
     """Train Medusa-1 heads on a frozen target (AdamW, cosine schedule, fixed seed, tqdm).
 
     The target is frozen, so its hidden states are computed once for ``num_windows`` random
     windows of ``seq_len`` tokens; each step trains on ``batch_size`` of those windows.
+    ``distill``: the labels are the target's own teacher-forced arg-max instead of the text
+    (self-distillation, as Medusa-2 does with the target's outputs: verification accepts what
+    the target would say, not what the corpus says).
 
     Returns:
         the heads (eval mode) and a stats dict (steps, seconds, parameters, per-head top-1 accuracy).
@@ -150,6 +171,7 @@ def train_medusa(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Te
     windows = torch.stack([train_ids[i:i + seq_len] for i in idx])                  # (W, T)
     hidden = torch.cat([_final_hidden(target, w) for w in tqdm(windows.split(32), desc="target features",
                                                                  mininterval=5)])   # (W, T, E)
+    labels = _target_labels(target, windows, hidden) if distill else windows
     heads = MedusaHeads(model.config.n_embd, num_heads)
     opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
     lm_head = model.lm_head.weight
@@ -158,7 +180,7 @@ def train_medusa(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Te
         for g in opt.param_groups:
             g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
         pick = torch.randint(0, num_windows, (batch_size,), generator=gen)
-        loss, acc = _head_loss(heads, hidden[pick], windows[pick], lm_head)
+        loss, acc = _head_loss(heads, hidden[pick], labels[pick], lm_head)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -166,9 +188,11 @@ def train_medusa(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Te
             bar.set_postfix(loss=f"{loss.item():.3f}", top1=f"{acc[0]:.2f}")
     heads.eval()
     stats = {"num_heads": num_heads, "steps": steps, "batch_size": batch_size, "seq_len": seq_len,
-             "num_windows": num_windows, "lr": lr, "seed": seed, "seconds": round(time.perf_counter() - start, 1),
-             "parameters": heads.num_parameters,
-             "val_top1_by_head": [round(a, 3) for a in head_accuracy(target, heads, val_ids, seq_len)]}
+             "num_windows": num_windows, "lr": lr, "distill": distill, "seed": seed,
+             "seconds": round(time.perf_counter() - start, 1), "parameters": heads.num_parameters,
+             "val_top1_by_head": [round(a, 3) for a in head_accuracy(target, heads, val_ids, seq_len)],
+             "val_target_agreement_by_head": [round(a, 3) for a in head_accuracy(target, heads, val_ids, seq_len,
+                                                                                 against="target")]}
     return heads, stats
 
 
@@ -201,7 +225,7 @@ class MedusaProposer:
         self.head_seconds = 0.0
 
     def start(self, engine, s) -> None:
-        s.state["hidden"] = None                        # the first round is a plain step that makes one
+        s.state["hidden"] = s.state.get("prefill_hidden")      # None for a one-token prompt: a plain first round
 
     @torch.no_grad()
     def propose(self, engine, seqs):

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine.block_manager import BlockManager
-from ..engine.extend import extend
 from ..engine.model_runner import ModelRunner
 from ..generation import _prompt_ids
 from ..models import LoadedModel
@@ -164,10 +163,12 @@ class VariantEngine:
         return [done[str(i)] for i in range(len(prompts))]
 
     def _prefill(self, seqs: list[VariantSeq]) -> None:
-        todo = {s.rid: s.prompt_ids[:-1] for s in seqs if len(s.prompt_ids) > 1}
-        if todo:
-            extend(self.runner, self.block_manager, todo, all_logits=False)
+        """Every prompt but its last token into the cache; ``state["prefill_hidden"]`` is the hidden
+        state after the last of them (Medusa's heads draft from it in the first round)."""
+        todo = {s.rid: (s.prompt_ids[:-1], None) for s in seqs if len(s.prompt_ids) > 1}
+        out = tree_forward(self.runner, self.block_manager, todo) if todo else {}
         for s in seqs:
+            s.state["prefill_hidden"] = out[s.rid][0][-1] if s.rid in out else None
             if self.proposer is not None:
                 self.proposer.start(self, s)
 
