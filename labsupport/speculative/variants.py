@@ -104,6 +104,7 @@ class VariantEngine:
     Attributes:
         draft_seconds, target_seconds: time drafting / verifying since construction.
         num_rounds: verification forwards. speculative_rounds: rounds the policy let draft.
+        num_verified_tokens: tokens fed to verification forwards (roots included), all sequences.
 
     Raises:
         TypeError / ValueError: a size out of range.
@@ -121,7 +122,7 @@ class VariantEngine:
                                         getattr(getattr(model, "generation_config", None), "eos_token_id", None),
                                         target.eos_token_id)
         self.draft_seconds = self.target_seconds = 0.0
-        self.num_rounds = self.speculative_rounds = 0
+        self.num_rounds = self.speculative_rounds = self.num_verified_tokens = 0
 
     @property
     def depth(self) -> int:
@@ -194,6 +195,7 @@ class VariantEngine:
         feeds = {s.rid: ([s.seq[-1], *drafts[s.rid].tokens], drafts[s.rid].parents) for s in seqs}
         out = tree_forward(self.runner, bm, feeds)
         self.num_rounds += 1
+        self.num_verified_tokens += sum(len(ids) for ids, _ in feeds.values())
         for s in seqs:
             d, (hidden, logits) = drafts[s.rid], out[s.rid]
             before = len(s.seq)
