@@ -262,3 +262,27 @@ def test_policy_switches_drafting_off_under_load(tiny_lm):
     assert policy_from_measurements({1: 1.6, 2: 1.3, 4: 0.9, 8: 0.8}).max_batch_size == 2
     with pytest.raises(ValueError, match="max_batch_size"):
         SpecPolicy(-1)
+
+
+# ---------------------------------------------------------------------------- figures and the panel
+
+def test_tree_figure_and_panel(tiny_lm):
+    from labsupport.viz.speculative_variants import batch_sweep_figure, token_tree_figure, tree_layout
+    from labsupport.widgets.speculative_variants import variants_panel
+
+    xy = tree_layout([-1, 0, 0, 1])
+    assert [p[0] for p in xy] == [0, 1, 1, 2] and xy[3][1] == xy[1][1]           # depth on x; a lone child level
+    fig = token_tree_figure([5, 6, 7, 8], [-1, 0, 0, 1], [1, 3], 9)
+    assert len(fig.data[1].x) == 6                                                 # two accepted edges
+    assert len(batch_sweep_figure({1: 1.4, 8: 0.9}).data) == 2
+    heads = random_heads(tiny_lm.model.config.n_embd)
+    box = variants_panel(tiny_lm, heads, "Return the", layers=1, max_new_tokens=12)
+    assert box.error.value == "" and box.state["output"].token_ids
+    for method in ("self-speculation", "lookahead"):
+        box.controls["method"].value = method
+        assert box.error.value == "", box.error.value
+    box.controls["temperature"].value = 0.8
+    box.controls["round"].value = 2
+    assert box.error.value == ""
+    with pytest.raises(ValueError, match="layers"):
+        variants_panel(tiny_lm, heads, "Return the", layers=2)
