@@ -8,9 +8,10 @@ on the prose and the repetitive prompt, at batch 1 and 8, it measures in one run
 
 * α per position (acceptance at draft depth i, given depth i was reached) and tokens per
   target forward;
-* the draft cost per round ``c_round`` (drafting seconds per round / one plain round) and the
-  verification cost ``v`` (a target forward over the round's mean number of nodes, measured
-  apart, in units of one plain round);
+* the draft cost per round ``c_round`` (drafting seconds per round) and the verification cost
+  ``v`` (verifying seconds per round: the forward over all nodes, acceptance, KV compaction), both
+  in units of one plain round of the same run, and ``v_forward``: a bare target forward over the
+  round's mean number of nodes timed apart (fastest of repeats), for comparison;
 * the predicted speed-up ``tokens per round / (c_round + v)`` and the measured wall-clock
   speed-up over plain decoding through the same engine (median of interleaved repeats);
 * extra memory (parameters; nodes per round);
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 from labsupport.engine.block_manager import BlockManager
@@ -42,6 +44,9 @@ from labsupport.speculative.self_spec import SelfSpecProposer
 from labsupport.speculative.tree import tree_forward
 from labsupport.speculative.variants import VariantEngine
 from labsupport.validation import check_int
+
+
+SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
 
 
 def default_methods(target: LoadedModel, heads=None) -> dict[str, Callable[[], object]]:
@@ -86,7 +91,8 @@ class MethodRow:
     tokens_per_round: float
     nodes_per_round: float          # tokens fed per sequence per verification forward (root included)
     c_round: float                  # drafting time per round / one plain round
-    v: float                        # verification forward over the mean nodes / one plain round
+    v: float                        # verification time per round / one plain round
+    v_forward: float                # a bare forward over the mean nodes / a bare 1-token forward (timed apart)
     predicted: float                # tokens_per_round / (c_round + v)
     measured: float                 # plain seconds / method seconds, same engine, medians
     seconds: float
@@ -119,32 +125,35 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
     for pname, text in prompts.items():
         ids = target.encode(text)
         for batch in batches:
-            fwd = forward_costs(target, ids + ids[-1:] * (max_new_tokens // 2), range(1, 21), batch, repeats=5)
+            fwd = forward_costs(target, ids + ids[-1:] * (max_new_tokens // 2), SIZES, batch, repeats=5)
             times = {m: [] for m in methods}
+            parts = {m: [0.0, 0.0, 0] for m in methods}        # drafting s, verifying s, rounds (timed runs)
             runs = {}
             for r in range(repeats + 1):                         # the first pass is a warm-up
                 for m, make in methods.items():
                     dt, eng, outs = _run(target, make, [ids] * batch, params, max_new_tokens)
                     if r:
                         times[m].append(dt)
+                        parts[m][0] += eng.draft_seconds
+                        parts[m][1] += eng.target_seconds
+                        parts[m][2] += eng.num_rounds
                     runs[m] = (eng, outs)
             plain_s = statistics.median(times["plain"])
             plain_eng, plain_outs = runs["plain"]
-            t_round = plain_s / plain_eng.num_rounds
+            t_round = (parts["plain"][0] + parts["plain"][1]) / parts["plain"][2]
             for m in methods:
                 eng, outs = runs[m]
                 st = outs[0].stats
                 nodes = eng.num_verified_tokens / eng.num_rounds / batch
-                n_lo = max(1, min(20, int(nodes)))
-                n_hi = min(20, n_lo + 1)
-                t_nodes = fwd[n_lo] + (nodes - n_lo) * (fwd[n_hi] - fwd[n_lo])
-                v = (t_round + t_nodes - fwd[1]) / t_round           # a plain round + the extra nodes' forward time
-                c = eng.draft_seconds / eng.num_rounds / t_round if m != "plain" else 0.0
+                t_nodes = float(np.interp(nodes, SIZES, [fwd[n] for n in SIZES]))
+                c = parts[m][0] / parts[m][2] / t_round
+                v = parts[m][1] / parts[m][2] / t_round
                 tpr = sum(o.stats.produced for o in outs) / sum(o.stats.rounds for o in outs)
                 prop = make()
                 heads = getattr(prop, "heads", None)
                 rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
                                       tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,
+                                      v_forward=t_nodes / fwd[1],
                                       predicted=tpr / (c + v), measured=plain_s / statistics.median(times[m]),
                                       seconds=statistics.median(times[m]), plain_seconds=plain_s,
                                       extra_parameters=heads.num_parameters if heads is not None else 0,
@@ -172,17 +181,17 @@ def batch_sweep(target: LoadedModel, make: Callable[[], object], prompt: str, ba
 
 def print_rows(rows: list[MethodRow]) -> None:
     hdr = (f"{'prompt':<10} {'batch':>5} {'method':<14} {'α by position':<18} {'tok/fwd':>7} {'nodes':>5} "
-           f"{'c':>5} {'v':>5} {'pred':>5} {'meas':>5} {'Δ%':>5} {'params':>7} {'same':>5}")
+           f"{'c':>5} {'v':>5} {'v_fwd':>5} {'pred':>5} {'meas':>5} {'Δ%':>5} {'params':>7} {'same':>5}")
     print(hdr + "\n" + "-" * len(hdr))
     for r in rows:
         a = " ".join("  - " if x != x else f"{x:.2f}" for x in r.alpha_by_position[:3])
         d = 100 * (r.predicted - r.measured) / r.measured
         print(f"{r.prompt:<10} {r.batch:>5} {r.method:<14} {a:<18} {r.tokens_per_round:>7.2f} {r.nodes_per_round:>5.1f} "
-              f"{r.c_round:>5.2f} {r.v:>5.2f} {r.predicted:>5.2f} {r.measured:>5.2f} {d:>5.0f} {r.extra_parameters:>7} "
+              f"{r.c_round:>5.2f} {r.v:>5.2f} {r.v_forward:>5.2f} {r.predicted:>5.2f} {r.measured:>5.2f} {d:>5.0f} {r.extra_parameters:>7} "
               f"{r.identical!s:>5}")
     print("α by position: acceptance at draft depth 1, 2, 3 given it was reached; tok/fwd: tokens per target "
-          "forward; nodes: tokens verified per forward; c: drafting per round and v: verification forward, "
-          "both in plain rounds; pred = tok/fwd / (c + v); meas: wall-clock speed-up over plain decoding.")
+          "forward; nodes: tokens verified per forward; c: drafting and v: verifying per round, both in plain "
+          "rounds of the same run; v_fwd: a bare forward over that many nodes / one token, timed apart; pred = tok/fwd / (c + v); meas: wall-clock speed-up over plain decoding.")
 
 
 def main(argv: list[str] | None = None) -> int:
