@@ -98,6 +98,7 @@ class MethodRow:
     seconds: float
     plain_seconds: float
     extra_parameters: int
+    tree_kv_bytes: int              # KV bytes of the candidates per sequence while a round is verified
     identical: bool                 # output token-identical to plain (greedy)
 
 
@@ -149,14 +150,14 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
                 c = parts[m][0] / parts[m][2] / t_round
                 v = parts[m][1] / parts[m][2] / t_round
                 tpr = sum(o.stats.produced for o in outs) / sum(o.stats.rounds for o in outs)
-                prop = make()
-                heads = getattr(prop, "heads", None)
+                heads = getattr(eng.proposer, "heads", None)
                 rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
                                       tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,
                                       v_forward=t_nodes / fwd[1],
                                       predicted=tpr / (c + v), measured=plain_s / statistics.median(times[m]),
                                       seconds=statistics.median(times[m]), plain_seconds=plain_s,
                                       extra_parameters=heads.num_parameters if heads is not None else 0,
+                                      tree_kv_bytes=int((nodes - 1) * eng.runner.kv_bytes_per_token),
                                       identical=[o.token_ids for o in outs] == [o.token_ids for o in plain_outs]))
     return rows
 
@@ -181,17 +182,18 @@ def batch_sweep(target: LoadedModel, make: Callable[[], object], prompt: str, ba
 
 def print_rows(rows: list[MethodRow]) -> None:
     hdr = (f"{'prompt':<10} {'batch':>5} {'method':<14} {'α by position':<18} {'tok/fwd':>7} {'nodes':>5} "
-           f"{'c':>5} {'v':>5} {'v_fwd':>5} {'pred':>5} {'meas':>5} {'Δ%':>5} {'params':>7} {'same':>5}")
+           f"{'c':>5} {'v':>5} {'v_fwd':>5} {'pred':>5} {'meas':>5} {'Δ%':>5} {'params':>7} {'KV kB':>5} {'same':>5}")
     print(hdr + "\n" + "-" * len(hdr))
     for r in rows:
         a = " ".join("  - " if x != x else f"{x:.2f}" for x in r.alpha_by_position[:3])
         d = 100 * (r.predicted - r.measured) / r.measured
         print(f"{r.prompt:<10} {r.batch:>5} {r.method:<14} {a:<18} {r.tokens_per_round:>7.2f} {r.nodes_per_round:>5.1f} "
               f"{r.c_round:>5.2f} {r.v:>5.2f} {r.v_forward:>5.2f} {r.predicted:>5.2f} {r.measured:>5.2f} {d:>5.0f} {r.extra_parameters:>7} "
-              f"{r.identical!s:>5}")
+              f"{r.tree_kv_bytes / 1e3:>5.0f} {r.identical!s:>5}")
     print("α by position: acceptance at draft depth 1, 2, 3 given it was reached; tok/fwd: tokens per target "
           "forward; nodes: tokens verified per forward; c: drafting and v: verifying per round, both in plain "
-          "rounds of the same run; v_fwd: a bare forward over that many nodes / one token, timed apart; pred = tok/fwd / (c + v); meas: wall-clock speed-up over plain decoding.")
+          "rounds of the same run; v_fwd: a bare forward over that many nodes / one token, timed apart; params: "
+          "extra weights; KV kB: the candidates' KV per sequence during verification; pred = tok/fwd / (c + v); meas: wall-clock speed-up over plain decoding.")
 
 
 def main(argv: list[str] | None = None) -> int:
