@@ -383,7 +383,7 @@ def medusa_main(argv: list[str] | None = None) -> int:
     val_ids, train_ids = encode(order[:n_val]), encode(order[n_val:])
     steps = 3 if args.smoke else args.steps
     heads, stats = train_medusa(target, train_ids, val_ids, num_heads=args.heads, steps=steps,
-                                batch_size=args.batch_size, seed=args.seed)
+                                batch_size=args.batch_size, num_windows=8 if args.smoke else 384, seed=args.seed)
     stats.update(threads=args.threads, total_seconds=round(time.perf_counter() - t0, 1),
                  command="python -m labsupport.train medusa " + " ".join(argv or []))
     heads.save(args.out, stats)

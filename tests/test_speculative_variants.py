@@ -286,3 +286,15 @@ def test_tree_figure_and_panel(tiny_lm):
     assert box.error.value == ""
     with pytest.raises(ValueError, match="layers"):
         variants_panel(tiny_lm, heads, "Return the", layers=2)
+
+
+def test_medusa_training_smoke_run(tmp_path):
+    from labsupport import train
+    from labsupport.speculative.medusa import load_medusa
+
+    assert train.main(["medusa", "--smoke", "--out", str(tmp_path / "heads"), "--threads", "1"]) == 0
+    heads = load_medusa(tmp_path / "heads")
+    assert heads.num_heads == 3 and heads.stats["steps"] == 3
+    assert len(heads.stats["val_top1_by_head"]) == 3 and all(0 <= a <= 1 for a in heads.stats["val_top1_by_head"])
+    with pytest.raises(FileNotFoundError, match="train medusa"):
+        load_medusa(tmp_path / "missing")
