@@ -27,8 +27,8 @@ lab: setup
 check: setup
 	$(PY) -m labsupport.check
 
-unit: setup
-	$(PY) -m pytest -q tests
+unit: setup              # the fast lane: everything but the tests marked slow
+	$(PY) -m pytest -q -m "not slow" tests
 
 nbval: setup
 	$(PY) -m pytest -q $(NBVAL_ARGS) chapters/

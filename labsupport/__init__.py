@@ -1,14 +1,26 @@
 """labsupport: the package every chapter of the course imports.
 
 Core (no widgets, no plotting): ``models``, ``sampling``, ``generation``, ``beam``, ``kv``,
-``engine``, ``speculative``. Figures: ``viz``. Panels: ``widgets``.
+``engine``, ``speculative``. Figures: ``viz``. Panels: ``widgets``. Chapter setup: ``lab``.
+
+``load_model`` and ``SamplingParams`` are imported lazily (on first access), so the pure
+arithmetic modules (``labsupport.kv``, ``labsupport.serving_math``) load without torch.
 """
 
-from .models import load_model
-from .sampling import SamplingParams
+from __future__ import annotations
 
 __all__ = ["SamplingParams", "load_model", "seed_everything"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "load_model":
+        from .models import load_model
+        return load_model
+    if name == "SamplingParams":
+        from .sampling import SamplingParams
+        return SamplingParams
+    raise AttributeError(f"module 'labsupport' has no attribute {name!r}")
 
 
 def seed_everything(seed: int = 0) -> None:

@@ -1,4 +1,4 @@
-"""Beam search on a real model, keeping the whole search tree (seed 001, "빔 서치").
+"""Beam search on a real model, keeping the whole search tree (Graves, 2012; Sutskever et al., 2014).
 
 Every step each live beam is extended by every token; the candidates are ranked by their
 cumulative log probability ``Σ log p`` and the best ``B`` (the beam width) survive. A candidate
@@ -8,7 +8,7 @@ length-normalised score
 
     score = Σ log p / len^α        (len = generated tokens, EOS included; the prompt is not counted)
 
-(α = ``length_penalty``; α = 0 compares raw sums, α > 0 favours longer outputs — case C09).
+(α = ``length_penalty``; α = 0 compares raw sums, α > 0 favours longer outputs; Wu et al., 2016).
 Live beams are always ranked by the raw sum; α only matters among finished hypotheses.
 
 The rules are those of Hugging Face ``generate(num_beams=B, do_sample=False)`` (transformers
@@ -22,9 +22,9 @@ The rules are those of Hugging Face ``generate(num_beams=B, do_sample=False)`` (
   beat the worst finished one; ``"never"`` uses the exact bound (normalised at
   ``max_new_tokens`` when α > 0), which is the textbook beam search.
 
-Seed 001's toy simulator differs in one way, on purpose there: a finished beam keeps one of
-the ``B`` slots. Here (and in HF) the ``B`` live beams keep exploring and finished ones wait in
-their own list. B = 1 is greedy decoding (case C10).
+Some textbook presentations let a finished beam keep one of the ``B`` slots. Here (and in HF)
+the ``B`` live beams keep exploring and finished ones wait in their own list. B = 1 is greedy
+decoding.
 
 Each step re-runs the model on the ``B`` live sequences (no KV cache per beam): the code stays
 short and, on the shipped model, a width-4, depth-6 search takes a few tens of milliseconds.
@@ -41,6 +41,7 @@ import torch
 
 from .generation import _check_length, _prompt_ids
 from .models import LoadedModel, model_forward
+from .validation import check_int, check_real, check_token_ids
 
 LN2 = math.log(2)
 
@@ -139,15 +140,15 @@ class BeamSearchResult:
 
 
 def length_normalised_score(logprob: float, length: int, length_penalty: float) -> float:
-    """``logprob / length^α``: the score finished hypotheses compete with (seed 001; HF ``length_penalty``).
+    """``logprob / length^α``: the score finished hypotheses compete with (HF ``length_penalty``).
 
-    Case C09: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
+    Example: Σ log p = -2 over 2 tokens vs -3 over 4 → α=0: -2 beats -3; α=1: -0.75 beats -1.
 
     Raises:
+        TypeError: ``length`` not an integer.
         ValueError: ``length < 1``.
     """
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an integer >= 1 (generated tokens), got {length!r}")
+    check_int("length", length, 1, hint=" (generated tokens)")
     return logprob / length ** length_penalty
 
 
@@ -164,19 +165,12 @@ def best_hypothesis(candidates: Sequence[tuple[float, int]], length_penalty: flo
 
 
 def _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab):
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or not 1 <= beam_width <= vocab // 2:
-        raise ValueError(f"beam_width must be an integer in [1, {vocab // 2}], got {beam_width!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) \
-            or not math.isfinite(length_penalty):
-        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    check_int("beam_width", beam_width, 1, vocab // 2)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_real("length_penalty", length_penalty)
     if not (early_stopping is True or early_stopping is False or early_stopping == "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, int) \
-            or not 1 <= num_return_sequences <= beam_width:
-        raise ValueError(f"num_return_sequences must be an integer in [1, beam_width={beam_width}], "
-                         f"got {num_return_sequences!r}")
+    check_int("num_return_sequences", num_return_sequences, 1, beam_width, hint=" (at most beam_width)")
 
 
 @torch.no_grad()
@@ -209,24 +203,57 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
     ids = _prompt_ids(lm, prompt)
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
-    _check_length(lm, len(ids), max_new_tokens)
+    max_new_tokens = _check_length(lm, len(ids), max_new_tokens)
     eos = None if ignore_eos else (lm.eos_token_id if eos_token_id is None else int(eos_token_id))
-    B, alpha = beam_width, float(length_penalty)
     start = time.perf_counter()
-
-    nodes = [BeamNode(0, None, 0, None, "", 0.0, 0.0, "root")]
-    live: list[tuple[int, list[int]]] = [(0, [])]      # (node id, generated tokens) of each live beam
-    finished: list[Hypothesis] = []                     # at most B, best score first
-    calls = forwards = steps = 0
-
-    for step in range(max_new_tokens):
-        steps += 1
-        batch = torch.tensor([ids + gen for _, gen in live], device=lm.device)      # (beams, P + step)
+    search = BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, eos)
+    calls = forwards = 0
+    while not search.done:
+        batch = torch.tensor([ids + gen for _, gen in search.live], device=lm.device)   # (beams, P + step)
         logits, _ = model_forward(lm.model, batch, use_cache=False)
         calls, forwards = calls + 1, forwards + batch.numel()
-        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)                     # (beams, vocab)
+        search.step(torch.log_softmax(logits[:, -1].float(), dim=-1))
+    return search.result(num_return_sequences, calls, forwards, time.perf_counter() - start)
+
+
+class BeamSearcher:
+    """The selection rules of one beam search, apart from how the logits are computed.
+
+    :func:`beam_search` recomputes the live beams each step; the paged engine's beam search
+    (:func:`labsupport.engine.beam_search.paged_beam_search`) feeds one token per beam over
+    shared KV blocks. Both call :meth:`step` with the live beams' next-token log probabilities
+    and read :attr:`live` / :attr:`parents` to know which beams continue.
+
+    Attributes:
+        live: ``(node id, generated tokens)`` of each live beam, best first.
+        parents: for each live beam, the index of the beam it extends in the previous
+            :attr:`live` list (empty before the first step).
+        done: the search has stopped (``max_new_tokens`` reached, or as ``early_stopping`` says).
+    """
+
+    def __init__(self, lm: LoadedModel, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
+                 length_penalty: float, early_stopping: bool | str, eos: int | None):
+        self.lm, self.prompt_ids, self.eos = lm, prompt_ids, eos
+        self.B, self.alpha = beam_width, float(length_penalty)
+        self.max_new_tokens, self.early_stopping = max_new_tokens, early_stopping
+        self.nodes = [BeamNode(0, None, 0, None, "", 0.0, 0.0, "root")]
+        self.live: list[tuple[int, list[int]]] = [(0, [])]
+        self.parents: list[int] = []
+        self.finished: list[Hypothesis] = []            # at most B, best score first
+        self.steps = 0
+        self.done = False
+
+    def step(self, logp: torch.Tensor) -> None:
+        """Extend every live beam by every token and keep the best (HF's rules, module docstring).
+
+        Args:
+            logp: ``(len(live), vocab)`` natural-log next-token probabilities of the live beams.
+        """
+        lm, nodes, B, live, step = self.lm, self.nodes, self.B, self.live, self.steps
+        vocab = logp.shape[-1]
         cum = torch.tensor([nodes[n].cum_logprob for n, _ in live], device=logp.device)
         total = (logp + cum[:, None]).cpu()                                           # (beams, vocab)
+        self.steps += 1
 
         # The 2B best candidates over all beams, best first: the only ones that can be chosen.
         top = torch.topk(total.flatten(), 2 * B)
@@ -242,8 +269,9 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
                 child[(b, tok)] = node.node_id
                 nodes.append(node)
 
-        last = step + 1 == max_new_tokens
+        last = step + 1 == self.max_new_tokens
         new_live: list[tuple[int, list[int]]] = []
+        parents: list[int] = []
         for rank, (b, tok) in enumerate(ranked):
             if (b, tok) not in child:                   # only possible on an exact tie
                 child[(b, tok)] = len(nodes)
@@ -251,28 +279,32 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
                                       float(logp[b, tok]), float(total[b, tok]), "pruned"))
             node = nodes[child[(b, tok)]]
             gen = live[b][1] + [tok]
-            if tok == eos or last:                      # this candidate ends here
+            if tok == self.eos or last:                 # this candidate ends here
                 if rank < B:                            # only the first B may enter the finished list
-                    node.status, node.finish_reason = "finished", ("stop" if tok == eos else "length")
-                    node.score = length_normalised_score(node.cum_logprob, len(gen), alpha)
-                    text = lm.decode(gen[:-1] if tok == eos else gen)
-                    finished.append(Hypothesis(gen, text, node.cum_logprob, node.score, node.finish_reason,
-                                               node.node_id))
+                    node.status, node.finish_reason = "finished", ("stop" if tok == self.eos else "length")
+                    node.score = length_normalised_score(node.cum_logprob, len(gen), self.alpha)
+                    text = lm.decode(gen[:-1] if tok == self.eos else gen)
+                    self.finished.append(Hypothesis(gen, text, node.cum_logprob, node.score, node.finish_reason,
+                                                    node.node_id))
             elif len(new_live) < B:
                 node.status = "kept"
                 new_live.append((node.node_id, gen))
-        finished.sort(key=lambda h: h.score, reverse=True)
-        for dropped in finished[B:]:                    # pushed out by better finished hypotheses
+                parents.append(b)
+        self.finished.sort(key=lambda h: h.score, reverse=True)
+        for dropped in self.finished[B:]:               # pushed out by better finished hypotheses
             nodes[dropped.node_id].status = "pruned"
-        finished = finished[:B]
-        live = new_live
-        if last or _done(finished, nodes[live[0][0]].cum_logprob, step + 1, B, alpha, early_stopping,
-                         max_new_tokens):
-            break
+        self.finished = self.finished[:B]
+        self.live, self.parents = new_live, parents
+        self.done = last or _done(self.finished, nodes[new_live[0][0]].cum_logprob, step + 1, B, self.alpha,
+                                  self.early_stopping, self.max_new_tokens)
 
-    return BeamSearchResult(prompt_ids=ids, hypotheses=finished[:num_return_sequences], nodes=nodes,
-                            beam_width=B, length_penalty=alpha, early_stopping=early_stopping, steps=steps,
-                            model_calls=calls, token_forwards=forwards, seconds=time.perf_counter() - start)
+    def result(self, num_return_sequences: int, model_calls: int, token_forwards: int,
+               seconds: float) -> BeamSearchResult:
+        """The :class:`BeamSearchResult` of the search so far."""
+        return BeamSearchResult(prompt_ids=self.prompt_ids, hypotheses=self.finished[:num_return_sequences],
+                                nodes=self.nodes, beam_width=self.B, length_penalty=self.alpha,
+                                early_stopping=self.early_stopping, steps=self.steps, model_calls=model_calls,
+                                token_forwards=token_forwards, seconds=seconds)
 
 
 def _done(finished: list[Hypothesis], best_live: float, length: int, B: int, alpha: float,
@@ -295,13 +327,17 @@ def sequence_logprob(lm: LoadedModel, prompt: str | Sequence[int], token_ids: Se
     Used to score greedy's output on the same scale as the beams.
 
     Raises:
-        ValueError: empty prompt or ``token_ids``, or a length beyond the model's positions.
+        TypeError: ids that are not integers.
+        ValueError: empty prompt or ``token_ids``, an id outside the vocabulary, or a length
+            beyond the model's positions.
     """
     ids = _prompt_ids(lm, prompt)
-    if len(token_ids) == 0:
-        raise ValueError("token_ids must hold at least one token, got none")
-    _check_length(lm, len(ids), len(token_ids))
-    seq = torch.tensor([ids + [int(t) for t in token_ids]], device=lm.device)
+    token_ids = check_token_ids("token_ids", token_ids, int(lm.model.config.vocab_size))
+    limit = int(lm.model.config.n_positions)
+    if len(ids) + len(token_ids) > limit:
+        raise ValueError(f"prompt length + len(token_ids) must be <= {limit} (the model's n_positions), "
+                         f"got {len(ids)} + {len(token_ids)}")
+    seq = torch.tensor([ids + token_ids], device=lm.device)
     logits, _ = model_forward(lm.model, seq, use_cache=False)
     logp = torch.log_softmax(logits[0, len(ids) - 1:-1].float(), dim=-1)             # (n, vocab)
     return float(logp.gather(-1, seq[0, len(ids):, None]).sum())

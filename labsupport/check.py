@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(mod)
         except Exception as err:  # noqa: BLE001
             problems.append(f"cannot import {mod}: {err}")
-    try:  # C23: go.FigureWidget needs anywidget with plotly >= 6
+    try:  # go.FigureWidget needs anywidget with plotly >= 6
         import plotly.graph_objects as go
 
         go.FigureWidget()

@@ -1,4 +1,4 @@
-"""The autoregressive generation loop (seed 001 §1): input → logits → sample → append → repeat.
+"""The autoregressive generation loop: input → logits → sample → append → repeat.
 
 ``generate`` runs it on a real model, with a KV cache (prefill once, then one token per
 decode step) or without (the whole sequence is recomputed every step), and records each
@@ -13,7 +13,6 @@ cache chapter can compare them with the theory: with the cache ``P + n - 1``, wi
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ import torch
 
 from .models import LoadedModel, max_positions, model_forward
 from .sampling import GREEDY, SamplingParams, entropy_bits, probs_from_logits, sample
+from .stopping import StopRule
+from .validation import check_int, check_token_ids, check_type
 
 
 @dataclass
@@ -79,43 +80,45 @@ def token_id_list(prompt) -> list[int]:
     """A prompt given as token ids (list, tuple, 1-D tensor or array) → ``list[int]``.
 
     Raises:
-        ValueError: not a flat sequence of integers (floats, strings, nested lists, None).
+        TypeError: not a flat sequence of integers (floats, strings, nested lists, None).
     """
-    if hasattr(prompt, "tolist"):                       # torch / numpy
-        prompt = prompt.tolist()
-    if not isinstance(prompt, (list, tuple, range)):
-        raise ValueError(f"prompt must be text or a sequence of token ids, got {type(prompt).__name__}")  # noqa: TRY004
-    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
-    if bad:
-        raise ValueError(f"prompt token ids must be integers, got {bad[0]!r}")
-    return [int(t) for t in prompt]
+    return check_token_ids("prompt", prompt, 2 ** 63, allow_empty=True)
 
 
 def _prompt_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
-    ids = lm.encode(prompt) if isinstance(prompt, str) else token_id_list(prompt)
-    if not ids:
-        raise ValueError("prompt must contain at least one token, got an empty prompt")
-    vocab = lm.model.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise ValueError(f"prompt token ids must be in [0, {vocab}), got {bad[:5]}")
-    return ids
+    """The prompt's ids, checked: text is encoded; ids must be in the vocabulary.
+
+    Raises:
+        TypeError: neither text nor a sequence of integer ids.
+        ValueError: empty, or an id outside the vocabulary.
+    """
+    ids = lm.encode(prompt) if isinstance(prompt, str) else prompt
+    return check_token_ids("prompt", ids, int(lm.model.config.vocab_size))
 
 
 def _check_params(params: SamplingParams) -> None:
-    if not isinstance(params, SamplingParams):
-        raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")  # noqa: TRY004
+    check_type("params", params, SamplingParams)
+
+
+def context_room(lm: LoadedModel, prompt_len: int) -> int:
+    """New tokens the context window leaves after a prompt: ``n_positions - prompt_len``.
+
+    The one context-window rule of every decoding path (vLLM's): a prompt that alone fills
+    the window is an error; a prompt that fits runs until ``max_tokens`` or the window is full.
+
+    Raises:
+        ValueError: the prompt leaves no room (``prompt_len >= n_positions``).
+    """
+    limit = max_positions(lm.model)
+    if prompt_len >= limit:
+        raise ValueError(f"prompt length must be < {limit} (the model's n_positions) to leave room for a new "
+                         f"token, got {prompt_len}")
+    return limit - prompt_len
 
 
 def _check_length(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> int:
-    """Validate ``max_new_tokens`` (returned as an ``int``) against the model's position limit."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    limit = max_positions(lm.model)
-    if prompt_len + max_new_tokens > limit:
-        raise ValueError(f"prompt length + max_new_tokens must be <= {limit} (the model's n_positions), "
-                         f"got {prompt_len} + {max_new_tokens}")
-    return int(max_new_tokens)
+    """``max_new_tokens`` checked and cut to the context window (:func:`context_room`)."""
+    return min(check_int("max_new_tokens", max_new_tokens, 1), context_room(lm, prompt_len))
 
 
 @torch.no_grad()
@@ -135,9 +138,11 @@ def next_token_logits(lm: LoadedModel, prompt: str | Sequence[int]) -> torch.Ten
 
 
 def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, token: int,
-            params: SamplingParams, prev: list[int], top_n: int) -> StepRecord:
+            params: SamplingParams, prev: list[int], prompt_len: int, rule: StopRule, top_n: int,
+            allowed: torch.Tensor | None = None) -> StepRecord:
     raw = torch.softmax(logits.float(), dim=-1)
-    final = probs_from_logits(logits.unsqueeze(0), params, [prev])[0]
+    final = probs_from_logits(logits.unsqueeze(0), params, [prev], prompt_lens=prompt_len, end_ids=rule.end_ids,
+                              allowed=allowed)[0]
     top = torch.topk(raw, min(top_n, raw.shape[-1]))
     return StepRecord(step=step, position=position, token_id=token, token=lm.token_str(token),
                       prob=float(final[token]), logprob=float(torch.log(raw[token].clamp_min(1e-45))),
@@ -145,10 +150,12 @@ def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, tok
                       num_kept=int((final > 0).sum()), entropy_bits=float(entropy_bits(raw)))
 
 
-def _stop_hit(text: str, stops: Sequence[str]) -> int | None:
-    """Index where the earliest stop string starts in ``text``, or None."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None
+def _grammar(lm: LoadedModel, params: SamplingParams):
+    """The compiled structured-output grammar of ``params`` for ``lm`` (cached), or None."""
+    if params.structured_output is None:
+        return None
+    from .structured import for_model
+    return for_model(params.structured_output, lm)
 
 
 @torch.no_grad()
@@ -171,6 +178,9 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     Returns:
         A :class:`GenerationResult`; ``text`` is the new text only, cut before a stop string.
         One call makes one sample: ``params.n`` is ignored (``LLMEngine`` makes ``n``).
+        With ``params.structured_output`` every token is masked by the grammar (after the
+        penalties, before temperature); the output ends with EOS once complete, or is cut by
+        ``max_new_tokens`` (then it is a valid but incomplete prefix).
 
     Raises:
         ValueError: empty prompt, ids outside the vocabulary, a length beyond the model's
@@ -179,20 +189,21 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     _check_params(params)
     ids = _prompt_ids(lm, prompt)
     max_new = _check_length(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
-    if isinstance(top_n, bool) or not isinstance(top_n, numbers.Integral) or top_n < 0:
-        raise ValueError(f"top_n must be an integer >= 0, got {top_n!r}")
+    check_int("top_n", top_n, 0)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
-    eos = None if params.ignore_eos else lm.eos_token_id
+    rule = StopRule.from_params(params, lm.eos_token_ids, max_new)
+    grammar = _grammar(lm, params)
+    state = 0 if grammar is None else grammar.initial_state()
     seq = list(ids)
     new: list[int] = []
     steps: list[StepRecord] = []
     cache = None
     forwards = calls = 0
-    finish = "length"
-    text = ""
+    finish = None
     start = time.perf_counter()
-    for step in range(max_new):
+    while finish is None:
+        step = len(new)
         if use_cache and cache is not None:
             inp = torch.tensor([[seq[-1]]], device=lm.device)            # decode: one token
         else:
@@ -201,27 +212,18 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
         forwards += inp.shape[1]
         calls += 1
         last = logits[0, -1].float()                                     # (vocab,)
-        token = int(sample(last.unsqueeze(0), params, generator, [seq])[0])
+        allowed = None if grammar is None else grammar.allowed_token_mask(state)
+        token = int(sample(last.unsqueeze(0), params, generator, [seq], prompt_lens=len(ids),
+                           end_ids=rule.end_ids, allowed=allowed)[0])
         if record:
-            steps.append(_record(lm, step, len(seq), last, token, params, seq, top_n))
+            steps.append(_record(lm, step, len(seq), last, token, params, seq, len(ids), rule, top_n, allowed))
+        if grammar is not None:
+            state = grammar.advance(state, token)
         seq.append(token)
         new.append(token)
-        if eos is not None and token == eos:
-            finish = "stop"
-            break
-        if params.stop:
-            text = lm.decode(new)
-            cut = _stop_hit(text, params.stop)
-            if cut is not None:
-                finish = "stop"
-                break
-    out_ids = new[:-1] if finish == "stop" and eos is not None and new and new[-1] == eos else new
-    text = lm.decode(out_ids)
-    cut = _stop_hit(text, params.stop) if params.stop else None
-    if cut is not None:
-        text = text[:cut]
-    return GenerationResult(prompt_ids=ids, token_ids=new, text=text, finish_reason=finish,
-                            steps=steps, token_forwards=forwards, model_calls=calls,
+        finish = rule.check(new, lm.decode)
+    return GenerationResult(prompt_ids=ids, token_ids=new, text=rule.text(new, finish, lm.decode),
+                            finish_reason=finish, steps=steps, token_forwards=forwards, model_calls=calls,
                             seconds=time.perf_counter() - start)
 
 
@@ -231,8 +233,7 @@ def left_pad(batch_ids: Sequence[Sequence[int]], pad_id: int,
 
     Returns:
         ``input_ids (batch, L)``, ``attention_mask (batch, L)`` (1 = real token) and
-        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding
-        (case C12); pad slots get position 0 (they are masked out anyway).
+        ``position_ids (batch, L)``: real tokens get positions ``0..n-1`` whatever the padding; pad slots get position 0 (they are masked out anyway).
     """
     if not batch_ids or any(len(r) == 0 for r in batch_ids):
         raise ValueError("batch_ids must be a non-empty list of non-empty id lists")
@@ -253,7 +254,7 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     """Generate for several prompts at once, left-padded, with a KV cache.
 
     Each row stops on its own EOS / stop string (finished rows keep being fed padding and
-    their outputs are ignored). Greedy rows equal their unbatched :func:`generate` (case C12).
+    their outputs are ignored). Greedy rows equal their unbatched :func:`generate`.
 
     Args:
         prompts: texts or id lists (any mix of lengths).
@@ -268,49 +269,43 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
     rows = [_prompt_ids(lm, p) for p in prompts]
-    max_new = _check_length(lm, max(len(r) for r in rows),
-                            params.max_tokens if max_new_tokens is None else max_new_tokens)
+    requested = params.max_tokens if max_new_tokens is None else max_new_tokens
+    rules = [StopRule.from_params(params, lm.eos_token_ids, _check_length(lm, len(r), requested)) for r in rows]
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
-    eos = None if params.ignore_eos else lm.eos_token_id
+    grammar = _grammar(lm, params)
+    states = [0] * len(rows)                             # grammar state per row
     ids, mask, pos = left_pad(rows, pad, lm.device)
     seqs = [list(r) for r in rows]
     new: list[list[int]] = [[] for _ in rows]
-    done = [False] * len(rows)
-    finish = ["length"] * len(rows)
+    finish: list[str | None] = [None] * len(rows)
     cache = None
     inp, positions = ids, pos
     start = time.perf_counter()
     forwards = 0
-    for _ in range(max_new):
+    while not all(finish):
         logits, cache = model_forward(lm.model, inp, cache, attention_mask=mask, position_ids=positions)
         forwards += inp.numel()
-        tokens = sample(logits[:, -1].float(), params, generator, seqs)
+        allowed = None if grammar is None else torch.stack([grammar.allowed_token_mask(s) for s in states])
+        tokens = sample(logits[:, -1].float(), params, generator, seqs, prompt_lens=[len(r) for r in rows],
+                        end_ids=rules[0].end_ids, allowed=allowed)
         for b, tok in enumerate(tokens.tolist()):
-            if done[b]:
+            if finish[b]:
                 continue
+            if grammar is not None:
+                states[b] = grammar.advance(states[b], tok)
             seqs[b].append(tok)
             new[b].append(tok)
-            if eos is not None and tok == eos or params.stop and _stop_hit(lm.decode(new[b]), params.stop) is not None:
-                done[b], finish[b] = True, "stop"
-        if all(done):
-            break
-        feed = [new[b][-1] if not done[b] else pad for b in range(len(rows))]
+            finish[b] = rules[b].check(new[b], lm.decode)
+        feed = [new[b][-1] if not finish[b] else pad for b in range(len(rows))]
         inp = torch.tensor(feed, device=lm.device).unsqueeze(1)
         mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=mask.device)], dim=1)
         positions = positions[:, -1:] + 1
     seconds = time.perf_counter() - start
-    results = []
-    for b, row in enumerate(rows):
-        out_ids = new[b][:-1] if finish[b] == "stop" and eos is not None and new[b] and new[b][-1] == eos else new[b]
-        text = lm.decode(out_ids)
-        cut = _stop_hit(text, params.stop) if params.stop else None
-        results.append(GenerationResult(prompt_ids=row, token_ids=new[b],
-                                        text=text[:cut] if cut is not None else text,
-                                        finish_reason=finish[b], token_forwards=forwards,
-                                        model_calls=0, seconds=seconds))
-    return results
+    return [GenerationResult(prompt_ids=row, token_ids=new[b], text=rules[b].text(new[b], finish[b], lm.decode),
+                             finish_reason=finish[b], token_forwards=forwards, model_calls=0, seconds=seconds)
+            for b, row in enumerate(rows)]
 
 
 def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
@@ -318,14 +313,14 @@ def token_forwards(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
 
     With a KV cache the prompt is prefilled once and each later token costs one forward:
     ``P + n - 1`` (the last sampled token is never fed back). Without it every step
-    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2`` (seed 001, KV cache).
+    recomputes the whole sequence: ``Σ_{i=0}^{n-1} (P + i) = nP + n(n-1)/2``.
 
     Raises:
-        ValueError: ``prompt_len`` or ``new_tokens`` not an integer >= 1.
+        TypeError: ``prompt_len`` or ``new_tokens`` not an integer.
+        ValueError: ``prompt_len`` or ``new_tokens`` < 1.
     """
-    for name, value in (("prompt_len", prompt_len), ("new_tokens", new_tokens)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
     if use_cache:
         return prompt_len + new_tokens - 1
     return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
@@ -337,7 +332,7 @@ def log2_prob(logprob: float) -> float:
 
 
 def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int] | None:
-    """Detect the repetition loop that greedy decoding falls into (seed 001 §3, "greedy").
+    """Detect the repetition loop that greedy decoding falls into (Holtzman et al., 2019, §3).
 
     Looks for the shortest period ``p`` such that the sequence *ends* with a stretch where
     ``ids[j] == ids[j - p]`` that is at least ``min_repeats · p`` tokens long.
@@ -351,10 +346,10 @@ def find_loop(token_ids: Sequence[int], min_repeats: int = 3) -> tuple[int, int]
         tokens, or ``None`` when the sequence does not end in a loop.
 
     Raises:
-        ValueError: ``min_repeats`` is not an integer ≥ 2.
+        TypeError: ``min_repeats`` is not an integer.
+        ValueError: ``min_repeats`` < 2.
     """
-    if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 2:
-        raise ValueError(f"min_repeats must be an integer >= 2, got {min_repeats!r}")
+    check_int("min_repeats", min_repeats, 2)
     ids = [int(i) for i in token_ids]
     n = len(ids)
     for period in range(1, n // min_repeats + 1):

@@ -1,33 +1,34 @@
-"""How big the KV cache is, and where the time of a decode step goes (no torch needed).
+"""How big the KV cache is, and where the time of a decode step goes.
 
-Three pieces of arithmetic, each from the seeds:
+Plain arithmetic: this module imports only the standard library (and ``labsupport.validation``),
+so ``import labsupport.kv`` does not load torch (tested). Three pieces of arithmetic:
 
-* **KV bytes** (seed 001, "KV 캐시는 얼마나 클까")::
+* **KV bytes** (Pope et al., 2022, "Efficiently Scaling Transformer Inference")::
 
       KV bytes = 2 × L × H_kv × d_head × s × b × (bytes per element)
 
   2 = K and V, ``L`` layers, ``H_kv`` KV heads, ``d_head`` head dimension, ``s`` sequence length
   (tokens), ``b`` batch (concurrent requests). MHA has ``H_kv = H``, GQA shares one KV head
   between a group of query heads, MQA keeps a single KV head.
-* **Roofline of prefill and decode** (seed 001, "숫자로 보기: Llama 3 8B on H100"): a token
+* **Roofline of prefill and decode** (Williams et al., 2009; worked for Llama 3 8B on an H100): a token
   costs ≈ ``2N`` FLOPs; a decode step must read every weight once, so at batch 1 it takes
   ``weight bytes / bandwidth``; the ridge point is ``peak FLOP/s / bandwidth``.
-* **Step time of a batch** (seed 000, 5.3.1): ``t(B) = (W + B·K) / BW`` and throughput
+* **Step time of a batch** (memory-bound decoding, Pope et al., 2022): ``t(B) = (W + B·K) / BW`` and throughput
   ``B / t(B)``, saturating at ``BW / K``.
 
-Plus the count of K,V positions computed with and without a cache, as seed 001's animation
+Plus the count of K,V positions computed with and without a cache, as the chapter's animation
 counts them (:func:`kv_positions_computed`).
 
-Units: bytes are plain bytes (``format_bytes`` prints binary KiB/MiB/GiB as the seed's table
-does); bandwidths are bytes/s, FLOP rates FLOP/s, times seconds.
+Units: bytes are plain bytes (``format_bytes`` prints binary KiB/MiB/GiB); bandwidths are bytes/s, FLOP rates FLOP/s, times seconds.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .validation import check_choice, check_int, check_real
 
 #: Bits per stored element for each KV-cache (or weight) precision.
 DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
@@ -40,14 +41,8 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
 SHIPPED_MODELS = ("tiny-gpt2", "tiny-gpt2-draft")
 
 
-def _check_int(name: str, value, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+def _check_positive(name: str, value) -> float:
+    return check_real(name, value, 0, low_open=True)
 
 
 def dtype_bits(dtype: str) -> int:
@@ -56,8 +51,7 @@ def dtype_bits(dtype: str) -> int:
     Raises:
         ValueError: unknown name (the message lists the valid ones).
     """
-    if dtype not in DTYPE_BITS:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BITS)}, got {dtype!r}")
+    check_choice("dtype", dtype, DTYPE_BITS)
     return DTYPE_BITS[dtype]
 
 
@@ -78,6 +72,7 @@ class ModelShape:
             ``H // 4`` — groups of four query heads, as in Llama 3 8B — for an MHA model).
 
     Raises:
+        TypeError: a size that is not an integer.
         ValueError: a non-positive size, or ``n_kv_heads`` that does not divide ``n_heads``.
     """
 
@@ -91,7 +86,7 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         for field_name in ("n_layers", "n_heads", "n_kv_heads", "head_dim", "n_params"):
-            _check_int(field_name, getattr(self, field_name))
+            check_int(field_name, getattr(self, field_name), 1)
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
         if self.gqa_kv_heads is None:
@@ -117,7 +112,7 @@ class ModelShape:
         return replace(self, n_kv_heads=kv)
 
 
-#: The models of seed 001's table (parameter counts: the released checkpoints).
+#: Common models (parameter counts: the released checkpoints).
 PRESETS: dict[str, ModelShape] = {
     "GPT-2 small": ModelShape("GPT-2 small", n_layers=12, n_heads=12, n_kv_heads=12, head_dim=64,
                               n_params=124_439_808),
@@ -190,7 +185,7 @@ def preset(name: str) -> ModelShape:
 def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "fp16") -> int:
     """Bytes of K and V stored for one token, all layers: ``2 · L · H_kv · d_head · bytes``.
 
-    Seed 001: Llama 3 8B in fp16 → 2·32·8·128·2 = 131,072 B = 128 KiB.
+    Llama 3 8B in fp16 → 2·32·8·128·2 = 131,072 B = 128 KiB.
 
     Raises:
         ValueError: unknown ``kv_dtype``.
@@ -200,25 +195,30 @@ def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "fp16") -> int:
 
 
 def kv_bytes(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16") -> int:
-    """Bytes of the whole KV cache for ``batch`` sequences of ``seq_len`` tokens (seed 001 formula).
+    """Bytes of the whole KV cache for ``batch`` sequences of ``seq_len`` tokens.
 
     Raises:
+        TypeError: ``seq_len`` or ``batch`` not an integer.
         ValueError: ``seq_len`` or ``batch`` < 1, or unknown ``kv_dtype``.
     """
-    _check_int("seq_len", seq_len)
-    _check_int("batch", batch)
+    check_int("seq_len", seq_len, 1)
+    check_int("batch", batch, 1)
     return kv_bytes_per_token(shape, kv_dtype) * seq_len * batch
 
 
 def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> int:
-    """Bytes of the weights: ``N × bytes per parameter`` (seed 001's calculator fixes bf16)."""
+    """Bytes of the weights: ``N × bytes per parameter`` (bf16 by default)."""
     return shape.n_params * dtype_bits(dtype) // 8
 
 
 def format_bytes(n: float) -> str:
-    """Binary units as the seed's table writes them: ``36 KiB``, ``288 MiB``, ``2.5 GiB``."""
-    if n < 0 or not math.isfinite(n):
-        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r}")
+    """Binary units: ``36 KiB``, ``288 MiB``, ``2.5 GiB``.
+
+    Raises:
+        TypeError: ``n`` not a number.
+        ValueError: ``n`` negative or not finite.
+    """
+    n = check_real("n", n, 0)
     for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if n >= size:
             value = n / size
@@ -250,10 +250,10 @@ class MemoryBudget:
 
 def memory_budget(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16",
                   weight_dtype: str = "bf16", capacity: float = 80e9) -> MemoryBudget:
-    """The KV memory calculator of seed 001: weights (bf16) + KV vs one 80 GB H100.
+    """A KV memory calculator: weights (bf16) + KV vs one 80 GB H100.
 
     Raises:
-        ValueError: as :func:`kv_bytes`; ``capacity`` not > 0.
+        TypeError, ValueError: as :func:`kv_bytes`; ``capacity`` not a number > 0.
     """
     _check_positive("capacity", capacity)
     return MemoryBudget(weights=weight_bytes(shape, weight_dtype), kv=kv_bytes(shape, seq_len, batch, kv_dtype),
@@ -272,20 +272,20 @@ class Accelerator:
     memory: float
 
 
-#: Seed 001: H100 SXM, BF16 dense ≈ 989 TFLOPS, HBM3 ≈ 3.35 TB/s, 80 GB.
+#: NVIDIA H100 SXM datasheet: BF16 dense ≈ 989 TFLOPS, HBM3 ≈ 3.35 TB/s, 80 GB.
 H100_SXM = Accelerator("H100 SXM", peak_flops=989e12, bandwidth=3.35e12, memory=80e9)
 
 
 def flops_per_token(n_params: int) -> float:
     """≈ ``2N`` FLOPs to push one token through a model of ``N`` parameters (one multiply + one add)."""
-    _check_int("n_params", n_params)
+    check_int("n_params", n_params, 1)
     return 2.0 * n_params
 
 
 def ridge_point(acc: Accelerator = H100_SXM) -> float:
     """Arithmetic intensity (FLOP/byte) where compute and bandwidth are both saturated: peak / bandwidth.
 
-    Seed 001: 989 / 3.35 ≈ 295 FLOP/byte on an H100.
+    989 / 3.35 ≈ 295 FLOP/byte on an H100.
     """
     return acc.peak_flops / acc.bandwidth
 
@@ -293,9 +293,9 @@ def ridge_point(acc: Accelerator = H100_SXM) -> float:
 def decode_intensity(batch: int, bytes_per_param: float = 2.0) -> float:
     """FLOP/byte of a decode step that reads each weight once for ``batch`` tokens: ``2·batch / bytes``.
 
-    With 2-byte weights this is ≈ ``batch`` (seed 001), ignoring the KV reads.
+    With 2-byte weights this is ≈ ``batch``, ignoring the KV reads.
     """
-    _check_int("batch", batch)
+    check_int("batch", batch, 1)
     _check_positive("bytes_per_param", bytes_per_param)
     return 2.0 * batch / bytes_per_param
 
@@ -303,40 +303,40 @@ def decode_intensity(batch: int, bytes_per_param: float = 2.0) -> float:
 def prefill_time(n_tokens: int, n_params: int, acc: Accelerator = H100_SXM) -> float:
     """Ideal compute-bound prefill time in seconds: ``n_tokens · 2N / peak``.
 
-    Seed 001: 2,000 tokens of Llama 3 8B on an H100 ≈ 32 ms (≈ 2× that at 40–60 % MFU).
+    2,000 tokens of Llama 3 8B on an H100 ≈ 32 ms (≈ 2× that at 40–60 % MFU).
     """
-    _check_int("n_tokens", n_tokens)
+    check_int("n_tokens", n_tokens, 1)
     return n_tokens * flops_per_token(n_params) / acc.peak_flops
 
 
 def step_time(weight_bytes: float, bandwidth: float, batch: int = 1, kv_bytes_per_request: float = 0.0) -> float:
-    """Bandwidth-bound decode step time in seconds: ``t(B) = (W + B·K) / BW`` (seed 000, 5.3.1).
+    """Bandwidth-bound decode step time in seconds: ``t(B) = (W + B·K) / BW``.
 
     Args:
         weight_bytes: ``W``, bytes of weights read once per step.
         bandwidth: ``BW``, bytes/s.
         batch: ``B``, requests in the step (each makes one token).
-        kv_bytes_per_request: ``K``, bytes of KV each request reads (0 = seed 001's weights-only bound).
+        kv_bytes_per_request: ``K``, bytes of KV each request reads (0 = the weights-only bound).
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: ``weight_bytes`` or ``bandwidth`` not > 0, ``batch`` < 1, ``K`` < 0.
     """
     _check_positive("weight_bytes", weight_bytes)
     _check_positive("bandwidth", bandwidth)
-    _check_int("batch", batch)
-    if not math.isfinite(kv_bytes_per_request) or kv_bytes_per_request < 0:
-        raise ValueError(f"kv_bytes_per_request must be a finite number >= 0, got {kv_bytes_per_request!r}")
+    check_int("batch", batch, 1)
+    check_real("kv_bytes_per_request", kv_bytes_per_request, 0)
     return (weight_bytes + batch * kv_bytes_per_request) / bandwidth
 
 
 def decode_throughput(weight_bytes: float, bandwidth: float, batch: int = 1,
                       kv_bytes_per_request: float = 0.0) -> float:
-    """Tokens/s of bandwidth-bound decoding: ``B / t(B) = B·BW / (W + B·K)`` (seed 000, 5.3.1)."""
+    """Tokens/s of bandwidth-bound decoding: ``B / t(B) = B·BW / (W + B·K)``."""
     return batch / step_time(weight_bytes, bandwidth, batch, kv_bytes_per_request)
 
 
 def throughput_ceiling(kv_bytes_per_request: float, bandwidth: float) -> float:
-    """Limit of :func:`decode_throughput` as ``B → ∞``: ``BW / K`` tokens/s (seed 000: 3.3 TB/s / 0.25 GB ≈ 13,200)."""
+    """Limit of :func:`decode_throughput` as ``B → ∞``: ``BW / K`` tokens/s (3.3 TB/s / 0.25 GB ≈ 13,200)."""
     _check_positive("kv_bytes_per_request", kv_bytes_per_request)
     _check_positive("bandwidth", bandwidth)
     return bandwidth / kv_bytes_per_request
@@ -345,7 +345,7 @@ def throughput_ceiling(kv_bytes_per_request: float, bandwidth: float) -> float:
 # ----------------------------------------------------------------------------- counting
 
 def kv_positions_computed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
-    """K,V positions computed to generate ``new_tokens``, counted as seed 001's KV-cache animation does.
+    """K,V positions computed to generate ``new_tokens``, counted as the KV-cache animation does.
 
     One unit ("token-forward") = one position's K,V computed (in every layer). Step 0 is the
     prefill: ``P`` positions either way. Steps ``1..n`` each append one generated token, so
@@ -355,24 +355,25 @@ def kv_positions_computed(prompt_len: int, new_tokens: int, use_cache: bool) -> 
     * without one, step ``t`` recomputes the whole sequence of ``P + t``:
       ``Σ_{t=0}^{n} (P + t) = (n + 1)·P + n(n + 1)/2``.
 
-    P = 12, n = 28 → 754 vs 40, ≈ 18.9× ("about 19×" in the seed).
+    P = 12, n = 28 → 754 vs 40, ≈ 18.9× ("about 19×").
 
     This counts one step more than :func:`labsupport.generation.token_forwards`, which counts
     what :func:`~labsupport.generation.generate` actually runs: the last sampled token is
     never fed back (``P + n − 1`` and ``Σ_{i=0}^{n−1} (P + i)``: 39 vs 714, ≈ 18.3×).
 
     Raises:
+        TypeError: an argument not an integer.
         ValueError: ``prompt_len < 1`` or ``new_tokens < 0``.
     """
-    _check_int("prompt_len", prompt_len)
-    _check_int("new_tokens", new_tokens, low=0)
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 0)
     if use_cache:
         return prompt_len + new_tokens
     return (new_tokens + 1) * prompt_len + new_tokens * (new_tokens + 1) // 2
 
 
 def kv_saving(prompt_len: int, new_tokens: int) -> float:
-    """How many times fewer positions are computed with a cache: seed 001's "절감 배수" (P=12, n=28 → ≈ 19)."""
+    """How many times fewer positions are computed with a cache (P=12, n=28 → ≈ 19)."""
     return kv_positions_computed(prompt_len, new_tokens, False) / kv_positions_computed(prompt_len, new_tokens, True)
 
 
@@ -383,9 +384,10 @@ def kv_step_cells(prompt_len: int, step: int, use_cache: bool) -> tuple[int, int
     ``P + t`` positions, of which 1 (cache) or ``P + t`` (no cache) are computed.
 
     Raises:
+        TypeError: an argument not an integer.
         ValueError: ``prompt_len < 1`` or ``step < 0``.
     """
-    _check_int("prompt_len", prompt_len)
-    _check_int("step", step, low=0)
+    check_int("prompt_len", prompt_len, 1)
+    check_int("step", step, 0)
     length = prompt_len + step
     return length, (length if step == 0 or not use_cache else 1)

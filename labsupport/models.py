@@ -7,6 +7,8 @@ the machine is online; offline it fails with a message naming the shipped models
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +47,15 @@ class LoadedModel:
     @property
     def eos_token_id(self) -> int:
         return int(self.tokenizer.eos_token_id)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every end-of-sequence id: the tokenizer's and those of the model's config and
+        generation config (instruction-tuned checkpoints often list several)."""
+        from .stopping import eos_ids_of
+
+        return eos_ids_of(self.tokenizer.eos_token_id, getattr(self.model.config, "eos_token_id", None),
+                          getattr(getattr(self.model, "generation_config", None), "eos_token_id", None))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added)."""
@@ -157,19 +168,18 @@ def load_model(name_or_path: str | os.PathLike = "tiny-gpt2", device: str | torc
     return LoadedModel(model=model, tokenizer=tokenizer, device=dev, name=str(name_or_path))
 
 
-def _cache_kwarg(model: torch.nn.Module) -> str:
-    """The name the model's ``forward`` uses for the KV cache (``cache`` in transformers 5.x)."""
-    import inspect
+@functools.cache
+def _cache_kwarg_of(model_class: type) -> str:
+    params = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
-    name = getattr(model, "_labsupport_cache_kwarg", None)
-    if name is None:
-        params = inspect.signature(model.forward).parameters
-        name = "cache" if "cache" in params else "past_key_values"
-        try:
-            model._labsupport_cache_kwarg = name
-        except AttributeError:  # pragma: no cover
-            pass
-    return name
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The name the model's ``forward`` uses for the KV cache (``cache`` in transformers 5.x).
+
+    Looked up once per model class (not stored on the model object).
+    """
+    return _cache_kwarg_of(type(model))
 
 
 def model_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, *,
@@ -200,7 +210,7 @@ def model_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, *
     new_cache = getattr(out, "cache", None)
     if new_cache is None:
         new_cache = getattr(out, "past_key_values", None)
-    return out.logits, (new_cache if use_cache else None)
+    return out.logits, new_cache
 
 
 def max_positions(model: torch.nn.Module) -> int:

@@ -1,12 +1,12 @@
-"""Closed-form serving arithmetic of seed 000 §5.3: KV reservation waste and batching utilisation.
+"""Closed-form serving arithmetic: KV reservation waste and batching utilisation.
 
 These are the back-of-the-envelope numbers the chapters recompute before they measure the
 real engine (``labsupport.engine``) or run a simulator (``labsupport.sim``):
 
-* contiguous reservation vs paged allocation (seed 000 §5.3.6–5.3.7): how much of a
-  max-length reservation a request really uses, how many requests fit in a KV budget;
-* static vs continuous batching (seed 000 §5.3.4): slot-step utilisation of a static batch
-  and the ideal continuous-batching speed-up.
+* contiguous reservation vs paged allocation (PagedAttention, Kwon et al., 2023): how much of
+  a max-length reservation a request really uses, how many requests fit in a KV budget;
+* static vs continuous batching (Orca, Yu et al., 2022): slot-step utilisation of a static
+  batch and the ideal continuous-batching speed-up.
 
 The step-time model ``t(B) = (W + B·K) / BW`` lives in :mod:`labsupport.kv`
 (``step_time``, ``decode_throughput``, ``throughput_ceiling``); TTFT, TPOT, throughput and
@@ -14,10 +14,11 @@ goodput under an SLO in :mod:`labsupport.engine.metrics`.
 
 Pure Python: no torch, no plotting.
 
-Units. Byte sizes are plain numbers of bytes; ``KiB = 1024``, ``MiB = 1024 KiB``. The seed
-writes "128 KB" per token and "2048 × 128 KB = 256 MB", i.e. binary KB and MB, but divides
-"60 GB / 256 MB = 234", i.e. 60 GB = 60,000 MB. :data:`SEED_KV_MEMORY_BYTES` follows that
-convention so the seed's numbers come out; the ratios (≈ 15 %, ≈ 7×) do not depend on it.
+Units. Byte sizes are plain numbers of bytes; ``KiB = 1024``, ``MiB = 1024 KiB``. The default
+example (Llama 3 8B, fp16 KV) has 128 KiB of KV per token, so a 2048-token reservation is
+2048 × 128 KiB = 256 MiB. Its 60 GB of KV memory is counted as 60,000 MiB
+(:data:`H100_KV_MEMORY_BYTES`) so that 60 GB / 256 MB gives the round 234 requests usually
+quoted; with 60·10⁹ bytes it is 223 — the ratios (≈ 15 %, ≈ 7×) do not depend on it.
 """
 
 from __future__ import annotations
@@ -27,37 +28,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .kv import PRESETS, kv_bytes_per_token
+from .validation import check_int, check_real
 
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-#: Seed 000 §5.3.6: "the 8B GQA model of 5.1" (Llama 3 8B) stores 128 KB of KV per token in fp16,
+#: Llama 3 8B (32 layers, 8 KV heads of 128, GQA) stores 128 KiB of KV per token in fp16,
 #: computed by :func:`labsupport.kv.kv_bytes_per_token` (2 · 32 layers · 8 KV heads · 128 · 2 B).
-SEED_KV_BYTES_PER_TOKEN = kv_bytes_per_token(PRESETS["Llama 3 8B"], "fp16")
-#: Seed 000 §5.3.6: every request reserves the maximum context, 2048 tokens.
-SEED_RESERVED_TOKENS = 2048
-#: Seed 000 §5.3.6: requests actually end at 300 tokens (prompt + output) on average.
-SEED_USED_TOKENS = 300
-#: Seed 000 §5.3.6: "60 GB" of KV memory, in the seed's arithmetic 60,000 MB (see module doc).
-SEED_KV_MEMORY_BYTES = 60_000 * MiB
-#: Seed 000 §5.3.7: vLLM's default block size.
-SEED_BLOCK_SIZE = 16
-#: Seed 000 §5.3.4: batch size 8, four requests of 50 output tokens and four of 400.
-SEED_BATCH_SIZE = 8
-SEED_OUTPUT_LENS = (50, 50, 50, 50, 400, 400, 400, 400)
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
+LLAMA3_8B_KV_BYTES_PER_TOKEN = kv_bytes_per_token(PRESETS["Llama 3 8B"], "fp16")
+#: Naive serving reserves the maximum context for every request: 2048 tokens.
+MAX_CONTEXT_TOKENS = 2048
+#: A typical request ends at 300 tokens (prompt + output).
+TYPICAL_USED_TOKENS = 300
+#: 60 GB of memory for KV (roughly what an 80 GB H100 keeps free beside Llama 3 8B's 16 GB of
+#: bf16 weights and its workspace), counted as 60,000 MiB (see the module docstring).
+H100_KV_MEMORY_BYTES = 60_000 * MiB
+#: vLLM's default block size (tokens per block).
+VLLM_BLOCK_SIZE = 16
+#: A static batch of 8: four requests of 50 output tokens and four of 400.
+BIMODAL_BATCH_SIZE = 8
+BIMODAL_OUTPUT_LENS = (50, 50, 50, 50, 400, 400, 400, 400)
 
 
 def _check_pos(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_real(name, value, 0, low_open=True)
 
 
 # ----------------------------------------------------------------------------- reservation
@@ -66,10 +61,11 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     """Physical blocks a paged KV cache allocates for ``num_tokens`` tokens: ⌈tokens / block_size⌉.
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: ``num_tokens`` < 0 or ``block_size`` < 1.
     """
-    _check_int("num_tokens", num_tokens, 0)
-    _check_int("block_size", block_size, 1)
+    check_int("num_tokens", num_tokens, 0)
+    check_int("block_size", block_size, 1)
     return -(-num_tokens // block_size)
 
 
@@ -77,6 +73,7 @@ def requests_that_fit(memory_bytes: float, bytes_per_request: float) -> int:
     """How many requests of ``bytes_per_request`` fit in ``memory_bytes``: ⌊memory / per request⌋.
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: either argument is not > 0.
     """
     _check_pos("memory_bytes", memory_bytes)
@@ -91,13 +88,13 @@ class ReservationReport:
     Attributes:
         reserved_bytes: contiguous reservation, ``reserved_tokens × kv_bytes_per_token``.
         used_bytes: KV actually written, ``used_tokens × kv_bytes_per_token``.
-        utilisation: ``used_bytes / reserved_bytes`` (seed: 37.5 / 256 ≈ 15 %).
+        utilisation: ``used_bytes / reserved_bytes`` (default example: 37.5 / 256 ≈ 15 %).
         paged_blocks: blocks a paged cache allocates, ``⌈used_tokens / block_size⌉``.
         paged_bytes: ``paged_blocks × block_size × kv_bytes_per_token``.
         paged_waste_tokens: empty slots in the last block for this length.
-        paged_waste_bound_tokens: worst case over all lengths, ``block_size − 1`` (seed: 15).
+        paged_waste_bound_tokens: worst case over all lengths, ``block_size − 1`` (default example: 15).
         requests_contiguous / requests_exact / requests_paged: how many such requests fit in
-            ``memory_bytes`` (seed: 234 / ≈ 1,600 / ≥ 1,000).
+            ``memory_bytes`` (default example: 234 / ≈ 1,600 / ≥ 1,000).
     """
 
     kv_bytes_per_token: float
@@ -118,29 +115,30 @@ class ReservationReport:
 
     @property
     def used_by_contiguous_batch_bytes(self) -> float:
-        """KV the contiguous batch really uses: ``requests_contiguous × used_bytes`` (seed ≈ 8.8 GB)."""
+        """KV the contiguous batch really uses: ``requests_contiguous × used_bytes`` (default example ≈ 8.8 GB)."""
         return self.requests_contiguous * self.used_bytes
 
     @property
     def capacity_gain(self) -> float:
-        """``requests_exact / requests_contiguous`` (seed: ≈ 7×)."""
+        """``requests_exact / requests_contiguous`` (default example: ≈ 7×)."""
         return self.requests_exact / self.requests_contiguous if self.requests_contiguous else math.inf
 
     @property
     def paged_waste_bound_bytes(self) -> float:
-        """``(block_size − 1) × kv_bytes_per_token`` (seed: 15 × 128 KB ≈ 1.9 MB)."""
+        """``(block_size − 1) × kv_bytes_per_token`` (default example: 15 × 128 KB ≈ 1.9 MB)."""
         return self.paged_waste_bound_tokens * self.kv_bytes_per_token
 
 
-def reservation_report(kv_bytes_per_token: float = SEED_KV_BYTES_PER_TOKEN,
-                       reserved_tokens: int = SEED_RESERVED_TOKENS,
-                       used_tokens: int = SEED_USED_TOKENS,
-                       memory_bytes: float = SEED_KV_MEMORY_BYTES,
-                       block_size: int = SEED_BLOCK_SIZE) -> ReservationReport:
+def reservation_report(kv_bytes_per_token: float = LLAMA3_8B_KV_BYTES_PER_TOKEN,
+                       reserved_tokens: int = MAX_CONTEXT_TOKENS,
+                       used_tokens: int = TYPICAL_USED_TOKENS,
+                       memory_bytes: float = H100_KV_MEMORY_BYTES,
+                       block_size: int = VLLM_BLOCK_SIZE) -> ReservationReport:
     """Contiguous max-length reservation vs paged allocation for one typical request.
 
-    Source: seed 000 §5.3.6 (2048 × 128 KB = 256 MB reserved vs 300 × 128 KB = 37.5 MB used,
-    ≈ 15 %; 60 GB holds 234 requests vs ≈ 1,600) and §5.3.7 (block 16 wastes ≤ 15 tokens).
+    Default example (Kwon et al., 2023, §2–3): 2048 × 128 KiB = 256 MiB reserved vs
+    300 × 128 KiB = 37.5 MiB used, ≈ 15 %; 60 GB holds 234 requests vs ≈ 1,600; block 16
+    wastes ≤ 15 tokens.
 
     Args:
         kv_bytes_per_token: KV bytes one token occupies (all layers, K and V).
@@ -150,13 +148,14 @@ def reservation_report(kv_bytes_per_token: float = SEED_KV_BYTES_PER_TOKEN,
         block_size: tokens per block of the paged cache.
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: a size is not positive, or ``used_tokens > reserved_tokens``.
     """
     _check_pos("kv_bytes_per_token", kv_bytes_per_token)
-    _check_int("reserved_tokens", reserved_tokens, 1)
-    _check_int("used_tokens", used_tokens, 1)
+    check_int("reserved_tokens", reserved_tokens, 1)
+    check_int("used_tokens", used_tokens, 1)
     _check_pos("memory_bytes", memory_bytes)
-    _check_int("block_size", block_size, 1)
+    check_int("block_size", block_size, 1)
     if used_tokens > reserved_tokens:
         raise ValueError(f"used_tokens must be <= reserved_tokens ({reserved_tokens}), got {used_tokens}")
     reserved = reserved_tokens * kv_bytes_per_token
@@ -181,12 +180,13 @@ def internal_waste_fraction(lengths: Sequence[int], block_size: int) -> float:
         block_size: tokens per block.
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: empty ``lengths``, a length < 1, or ``block_size`` < 1.
     """
     if len(lengths) == 0:
         raise ValueError("lengths must hold at least one sequence length, got an empty sequence")
-    allocated = sum(blocks_needed(_check_int("lengths[i]", int(n), 1), block_size) * block_size
-                    for n in lengths)
+    allocated = sum(blocks_needed(check_int(f"lengths[{i}]", n, 1), block_size) * block_size
+                    for i, n in enumerate(lengths))
     return (allocated - sum(int(n) for n in lengths)) / allocated
 
 
@@ -194,15 +194,15 @@ def internal_waste_fraction(lengths: Sequence[int], block_size: int) -> float:
 
 @dataclass(frozen=True)
 class BatchingReport:
-    """Static batching in slot-steps, against ideal continuous batching (seed 000 §5.3.4).
+    """Static batching in slot-steps, against ideal continuous batching (Yu et al., 2022).
 
     Attributes:
-        useful_slot_steps: Σ output lengths — slot-steps that produced a token (seed: 1,800).
-        occupied_slot_steps: ``batch_size × static_steps`` (seed: 8 × 400 = 3,200).
-        utilisation: useful / occupied (seed: ≈ 56 %).
-        static_steps: Σ over consecutive batches of the longest output in the batch (seed: 400).
-        continuous_steps: ``useful / batch_size`` — every slot always busy (seed: 225).
-        speedup: ``static_steps / continuous_steps = 1 / utilisation`` (seed: ≈ 1.78×).
+        useful_slot_steps: Σ output lengths — slot-steps that produced a token (default example: 1,800).
+        occupied_slot_steps: ``batch_size × static_steps`` (default example: 8 × 400 = 3,200).
+        utilisation: useful / occupied (default example: ≈ 56 %).
+        static_steps: Σ over consecutive batches of the longest output in the batch (default example: 400).
+        continuous_steps: ``useful / batch_size`` — every slot always busy (default example: 225).
+        speedup: ``static_steps / continuous_steps = 1 / utilisation`` (default example: ≈ 1.78×).
     """
 
     batch_size: int
@@ -214,8 +214,8 @@ class BatchingReport:
     speedup: float
 
 
-def batching_report(output_lens: Sequence[int] = SEED_OUTPUT_LENS,
-                    batch_size: int = SEED_BATCH_SIZE) -> BatchingReport:
+def batching_report(output_lens: Sequence[int] = BIMODAL_OUTPUT_LENS,
+                    batch_size: int = BIMODAL_BATCH_SIZE) -> BatchingReport:
     """Slot-step utilisation of static batching and the ideal continuous-batching speed-up.
 
     Static batching takes the requests in order, ``batch_size`` at a time; each batch runs
@@ -224,15 +224,16 @@ def batching_report(output_lens: Sequence[int] = SEED_OUTPUT_LENS,
     steps make the same tokens (the queue never runs dry; with a finite queue the last
     requests leave a tail — ``labsupport.sim.batching`` simulates that).
 
-    Source: seed 000 §5.3.4 (batch 8, 4 × 50 + 4 × 400: 1,800 / 3,200 ≈ 56 %, 400 / 225 ≈ 1.78×).
+    Default example (batch 8, 4 × 50 + 4 × 400: 1,800 / 3,200 ≈ 56 %, 400 / 225 ≈ 1.78×).
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: empty ``output_lens``, a length < 1, or ``batch_size`` < 1.
     """
-    _check_int("batch_size", batch_size, 1)
+    check_int("batch_size", batch_size, 1)
     if len(output_lens) == 0:
         raise ValueError("output_lens must hold at least one request, got an empty sequence")
-    lens = [_check_int("output_lens[i]", int(n), 1) for n in output_lens]
+    lens = [check_int(f"output_lens[{i}]", n, 1) for i, n in enumerate(output_lens)]
     static_steps = sum(max(lens[i:i + batch_size]) for i in range(0, len(lens), batch_size))
     useful = sum(lens)
     occupied = batch_size * static_steps
@@ -243,14 +244,15 @@ def batching_report(output_lens: Sequence[int] = SEED_OUTPUT_LENS,
 
 
 def bimodal_lengths(batch_size: int, short: int, long: int) -> list[int]:
-    """Half the batch ``short`` tokens, half ``long`` (the seed's 4 × 50 + 4 × 400 for 8, 50, 400).
+    """Half the batch ``short`` tokens, half ``long`` (4 × 50 + 4 × 400 for 8, 50, 400).
 
     Raises:
+        TypeError: an argument of the wrong type.
         ValueError: ``batch_size`` < 2 or not even, or a length < 1.
     """
-    _check_int("batch_size", batch_size, 2)
+    check_int("batch_size", batch_size, 2)
     if batch_size % 2:
         raise ValueError(f"batch_size must be even, got {batch_size}")
-    _check_int("short", short, 1)
-    _check_int("long", long, 1)
+    check_int("short", short, 1)
+    check_int("long", long, 1)
     return [short] * (batch_size // 2) + [long] * (batch_size // 2)

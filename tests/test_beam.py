@@ -1,4 +1,4 @@
-"""labsupport.beam: cases C09 and C10, the tree it records, and equality with Hugging Face beam search."""
+"""labsupport.beam: length normalisation, width 1 = greedy, the tree it records, and equality with Hugging Face beam search."""
 
 import pytest
 import torch
@@ -10,27 +10,27 @@ from labsupport.sampling import GREEDY
 PROMPT = "Return the number of items in the list"
 
 
-# ----------------------------------------------------------------------------- C09
+# ----------------------------------------------------------------------------- length normalisation
 
 @pytest.mark.parametrize("alpha, winner, scores", [
     (0.0, 0, (-2.0, -3.0)),
     (1.0, 1, (-1.0, -0.75)),
     (2.0, 1, (-0.5, -0.1875)),
 ])
-def test_c09_length_penalty_picks_the_winner(alpha, winner, scores):
+def test_length_penalty_picks_the_winner(alpha, winner, scores):
     a, b = (-2.0, 2), (-3.0, 4)           # (Σ log p, new tokens)
     assert length_normalised_score(*a, alpha) == pytest.approx(scores[0])
     assert length_normalised_score(*b, alpha) == pytest.approx(scores[1])
     assert best_hypothesis([a, b], alpha) == winner
 
 
-def test_c09_negative_alpha_favours_short():
+def test_negative_alpha_favours_short():
     assert best_hypothesis([(-2.0, 2), (-3.0, 4)], -1.0) == 0
 
 
-# ----------------------------------------------------------------------------- C10
+# ----------------------------------------------------------------------------- width 1 is greedy
 
-def test_c10_width_one_is_greedy(tiny_lm):
+def test_width_one_is_greedy(tiny_lm):
     greedy = generate(tiny_lm, PROMPT, GREEDY, max_new_tokens=24)
     for alpha in (0.0, 1.0):
         beam = beam_search(tiny_lm, PROMPT, 1, max_new_tokens=24, length_penalty=alpha)
@@ -38,7 +38,7 @@ def test_c10_width_one_is_greedy(tiny_lm):
         assert beam.best.logprob == pytest.approx(greedy.logprob, abs=1e-4)
 
 
-def test_c10_width_one_stops_at_eos_like_greedy(tiny_lm):
+def test_width_one_stops_at_eos_like_greedy(tiny_lm):
     """Make a token greedy produces early the EOS: both must stop right there."""
     first = generate(tiny_lm, PROMPT, GREEDY, max_new_tokens=24).token_ids
     eos = first[2]
@@ -64,6 +64,7 @@ def _eos_choices(lm, prompt_ids):
     return [lm.eos_token_id, greedy[1], wide[2]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("B", [1, 2, 4])
 def test_equal_to_transformers_beam_search(tiny_lm, B):
     prompt_ids = tiny_lm.encode(PROMPT)
@@ -155,11 +156,20 @@ def test_cost_is_width_times_greedy(tiny_lm):
     ({"beam_width": 2, "early_stopping": "sometimes"}, "early_stopping"),
     ({"beam_width": 2, "length_penalty": float("nan")}, "length_penalty"),
     ({"beam_width": 2, "max_new_tokens": 0}, "max_new_tokens"),
-    ({"beam_width": 2, "max_new_tokens": 500}, "max_new_tokens"),
 ])
 def test_bad_arguments(tiny_lm, kwargs, word):
     with pytest.raises(ValueError, match=word):
         beam_search(tiny_lm, PROMPT, **kwargs)
+
+
+def test_context_window_policy(tiny_lm):
+    """A prompt that fills the window is an error; one that fits runs until the window is full."""
+    with pytest.raises(ValueError, match="n_positions"):
+        beam_search(tiny_lm, [7] * 64, 2, max_new_tokens=1)
+    res = beam_search(tiny_lm, [7] * 60, 2, max_new_tokens=500, ignore_eos=True, num_return_sequences=2)
+    assert all(h.length == 4 and h.finish_reason == "length" for h in res.hypotheses)
+    with pytest.raises(ValueError, match="token_ids"):
+        sequence_logprob(tiny_lm, [7, 8], [4096])
 
 
 def test_bad_scores():
@@ -167,3 +177,32 @@ def test_bad_scores():
         length_normalised_score(-1.0, 0, 1.0)
     with pytest.raises(ValueError, match="candidates"):
         best_hypothesis([], 1.0)
+
+
+# ---------------------------------------------------------------------------- beam search on the paged engine
+@pytest.mark.parametrize("beam_width", [1, 2, 4])
+def test_paged_beam_search_equals_plain_beam_search(tiny_lm, beam_width):
+    from labsupport.engine.beam_search import paged_beam_search
+
+    prompts = [[5, 9, 2, 7, 1], [3] * 11, [42, 17]]
+    paged = paged_beam_search(tiny_lm, prompts, beam_width, max_new_tokens=10, block_size=4,
+                              num_return_sequences=beam_width)
+    for prompt, res in zip(prompts, paged.results):
+        ref = beam_search(tiny_lm, prompt, beam_width, max_new_tokens=10, num_return_sequences=beam_width)
+        assert [h.token_ids for h in res.hypotheses] == [h.token_ids for h in ref.hypotheses]
+        for h, r in zip(res.hypotheses, ref.hypotheses):
+            assert h.score == pytest.approx(r.score, abs=1e-4)
+        assert res.steps == ref.steps
+
+
+def test_paged_beams_share_the_prompt_blocks(tiny_lm):
+    from labsupport.engine.beam_search import paged_beam_search
+
+    prompt = list(range(1, 17))                                        # 16 tokens: 4 full blocks of 4
+    out = paged_beam_search(tiny_lm, [prompt], 4, max_new_tokens=6, block_size=4, ignore_eos=True)
+    first = out.sharing[0]                                             # 4 beams after one step
+    assert len(first.block_tables) == 4
+    prompt_blocks = [t[:4] for t in first.block_tables.values()]
+    assert all(b == prompt_blocks[0] for b in prompt_blocks)            # one physical copy of the prompt
+    assert first.private_blocks == 4 * 5 and first.used_blocks == 4 + 4   # 4 shared + one private tail each
+    assert first.saved_fraction == pytest.approx(1 - 8 / 20)

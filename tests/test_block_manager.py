@@ -1,4 +1,4 @@
-"""BlockManager: block tables, ref counts, copy-on-write, prefix caching, swap (cases C13–C15)."""
+"""BlockManager: block tables, ref counts, copy-on-write, prefix caching, swap."""
 
 import pytest
 
@@ -17,8 +17,8 @@ def run_request(bm: BlockManager, seq_id, prompt, new_tokens):
     bm.free(seq_id)
 
 
-# ---------------------------------------------------------------------------- C13
-def test_c13_hash_chains_parent_and_all_token_ids():
+# ---------------------------------------------------------------------------- prefix hashes
+def test_hash_chains_parent_and_all_token_ids():
     a = block_hash(None, [65, 1, 2, 3])
     b = block_hash(None, [321, 1, 2, 3])
     after_a = block_hash(a, [7, 8, 9, 10])
@@ -28,7 +28,7 @@ def test_c13_hash_chains_parent_and_all_token_ids():
     assert block_hash(a, (7, 8, 9, 10)) == after_a              # a function of the values only
 
 
-def test_c13_same_block_after_different_parents_is_a_miss():
+def test_same_block_after_different_parents_is_a_miss():
     bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
     run_request(bm, "a", [65, 1, 2, 3, 7, 8, 9, 10, 11], [0])
     assert bm.num_evictable_blocks == 2
@@ -37,7 +37,7 @@ def test_c13_same_block_after_different_parents_is_a_miss():
     assert bm.num_prefix_hit_tokens([65, 1, 2, 3, 7, 8, 9, 99, 99]) == 4
 
 
-def test_c13_hash_collision_is_confirmed_by_token_ids():
+def test_hash_collision_is_confirmed_by_token_ids():
     bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True, hash_fn=lambda p, t: 0)
     run_request(bm, "a", [65, 1, 2, 3, 9], [0])
     cached = [b.block_id for b in bm.blocks if b.hash is not None]
@@ -74,9 +74,9 @@ def test_blocks_are_registered_only_once_computed():
     assert [bm.ref_count(b) for b in bm.block_table("b")] == [2, 2, 1]
 
 
-# ---------------------------------------------------------------------------- C14
+# ---------------------------------------------------------------------------- fork and copy-on-write
 @pytest.mark.parametrize("prefix_caching", [False, True])
-def test_c14_fork_and_copy_on_write(prefix_caching):
+def test_fork_and_copy_on_write(prefix_caching):
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=prefix_caching)
     initial = bm.num_free_blocks
     bm.allocate("A", [1, 2, 3, 4, 5, 6])
@@ -116,8 +116,8 @@ def test_fork_with_full_last_block_needs_no_copy():
     assert copied_from is None and offset == 0 and block not in bm.block_table("A")
 
 
-# ---------------------------------------------------------------------------- C15
-def test_c15_pool_recycles_and_evicted_hash_is_gone():
+# ---------------------------------------------------------------------------- recycling and eviction
+def test_pool_recycles_and_evicted_hash_is_gone():
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
     prompts = [[100 * r + i for i in range(6)] for r in range(11)]
     for r in range(10):

@@ -1,5 +1,5 @@
 """LLMEngine and ModelRunner: logits equal to Hugging Face, greedy equal to ``model.generate``
-with preemption (recompute, swap), prefix caching and chunked prefill; case C16; a randomised
+with preemption (recompute, swap), prefix caching and chunked prefill; preemption keeps every output; a randomised
 stream test (hypothesis); speculative-decoding hooks."""
 
 import pytest
@@ -165,9 +165,9 @@ def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
     assert mixed, "no step mixed a prefill chunk with a decode"
 
 
-# ---------------------------------------------------------------------------- C16
+# ---------------------------------------------------------------------------- preemption keeps every output
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
-def test_c16_preemption_keeps_every_output(tiny_lm, mode):
+def test_preemption_keeps_every_output(tiny_lm, mode):
     prompts = random_prompts(tiny_lm, [6, 6, 6, 6], seed=16)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=10, preemption_mode=mode, num_cpu_blocks=16)
     outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=12)
@@ -286,6 +286,7 @@ request_st = st.tuples(st.integers(0, 6),       # arrival step
                        st.integers(0, 2))       # shares a prefix with others (0 = no)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @example(requests=[(0, 6, 12, 0)] * 4 + [(2, 9, 14, 1)], block_size=4, pool_tokens=40, mode="swap",
          prefix_caching=False, chunk=None, max_num_seqs=4, seed=0)
@@ -342,8 +343,8 @@ def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode
     assert not engine.scheduler.running and not engine.scheduler.waiting and not engine.scheduler.swapped
 
 
-# ---------------------------------------------------------------------------- C15 through the engine, fork, snapshots
-def test_c15_sequential_requests_recycle_the_pool(tiny_lm):
+# ---------------------------------------------------------------------------- pool recycling through the engine, fork, snapshots
+def test_sequential_requests_recycle_the_pool(tiny_lm):
     prompts = random_prompts(tiny_lm, [6] * 11, seed=15)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
     bm = engine.block_manager

@@ -110,3 +110,29 @@ def test_engine_config_checks_its_own_fields():
         EngineConfig(preemption_mode="evict")
     import numpy as np
     assert EngineConfig(block_size=np.int64(8)).block_size == 8 and type(EngineConfig(block_size=np.int64(8)).block_size) is int
+
+
+def test_forks_never_exceed_max_num_seqs(tiny_lm):
+    params = SamplingParams(temperature=1.0, seed=7, n=10, max_tokens=5, ignore_eos=True)
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, max_num_seqs=2, record_history=True)
+    outs = engine.generate([[5, 6, 7, 8, 9]], params)
+    assert len(outs) == 10 and all(len(o.token_ids) == 5 for o in outs)
+    assert max(len(s.running) for s in engine.history) <= 2
+    wide = LLMEngine(tiny_lm, block_size=4, num_blocks=64, max_num_seqs=16)
+    assert [o.token_ids for o in wide.generate([[5, 6, 7, 8, 9]], params)] == [o.token_ids for o in outs]
+    bm = engine.block_manager
+    assert bm.num_used_blocks == 0
+
+
+def test_runner_checks_block_ids_before_touching_the_cache(tiny_lm):
+    from labsupport.engine import ModelRunner
+
+    runner = ModelRunner(tiny_lm, 4, 8)
+    with pytest.raises(ValueError, match="block_tables"):
+        runner.forward([[1, 2]], [0], [[99]])
+    with pytest.raises(ValueError, match="pairs"):
+        runner.copy_blocks([(0, 99)])
+    with pytest.raises(ValueError, match="mapping"):
+        runner.swap_out({0: 3})                                       # no CPU swap space at all
+    with pytest.raises(ValueError, match="mapping"):
+        runner.swap_in({0: 1})

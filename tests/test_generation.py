@@ -1,4 +1,4 @@
-"""The generation loop: cases C11, C12, stop conditions, equality with transformers' generate."""
+"""The generation loop: cache equals full forward, left padding, stop conditions, equality with transformers' generate."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from labsupport.models import model_forward
 from labsupport.sampling import GREEDY, SamplingParams
 
 
-def test_c11_prefill_then_decode_matches_full_forward(tiny_lm):
+def test_prefill_then_decode_matches_full_forward(tiny_lm):
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad():
         full, _ = model_forward(tiny_lm.model, ids, use_cache=False)
@@ -24,7 +24,7 @@ def test_c11_prefill_then_decode_matches_full_forward(tiny_lm):
     assert torch.allclose(step5[0, -1], full[0, 4], atol=1e-4)
 
 
-def test_c11_greedy_identical_with_and_without_cache(tiny_lm):
+def test_greedy_identical_with_and_without_cache(tiny_lm):
     a = generate(tiny_lm, [1, 2, 3, 4, 5], max_new_tokens=32, use_cache=True)
     b = generate(tiny_lm, [1, 2, 3, 4, 5], max_new_tokens=32, use_cache=False)
     assert a.token_ids == b.token_ids and len(a.token_ids) == 32
@@ -43,7 +43,7 @@ def test_greedy_equals_transformers_generate(tiny_lm):
         assert ours.token_ids == hf[0, ids.shape[1]:].tolist()
 
 
-def test_c12_left_padded_batch_equals_unbatched(tiny_lm):
+def test_left_padded_batch_equals_unbatched(tiny_lm):
     prompts = ["Hello, my dog is a little", "Hello"]
     batch = generate_batch(tiny_lm, prompts, GREEDY, max_new_tokens=16)
     for prompt, row in zip(prompts, batch):
@@ -55,7 +55,7 @@ def test_c12_left_padded_batch_equals_unbatched(tiny_lm):
     assert pos.tolist() == [[0, 1, 2], [0, 0, 0]]      # real tokens start at position 0
 
 
-def test_c12_padding_does_not_change_logits(tiny_lm):
+def test_padding_does_not_change_logits(tiny_lm):
     short = tiny_lm.encode("Hello")
     long = tiny_lm.encode("Hello, my dog is a little")
     ids, mask, pos = left_pad([long, short], pad_id=tiny_lm.tokenizer.pad_token_id)
@@ -94,11 +94,13 @@ def test_stop_string_cuts_text(tiny_lm):
 def test_length_limits_are_checked(tiny_lm):
     with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
         generate(tiny_lm, "Hello", max_new_tokens=0)
-    with pytest.raises(ValueError, match=r"must be <= 64 \(the model's n_positions\)"):
-        generate(tiny_lm, "Hello", max_new_tokens=200)
-    with pytest.raises(ValueError, match="prompt must contain at least one token"):
+    with pytest.raises(ValueError, match=r"must be < 64 \(the model's n_positions\)"):
+        generate(tiny_lm, [7] * 64, max_new_tokens=1)              # the prompt alone fills the window
+    run = generate(tiny_lm, [7] * 10, SamplingParams(temperature=0.0, ignore_eos=True), max_new_tokens=200)
+    assert run.finish_reason == "length" and len(run.token_ids) == 54    # ran until the window was full
+    with pytest.raises(ValueError, match="prompt must contain at least one token id, got an empty prompt"):
         generate(tiny_lm, "", max_new_tokens=2)
-    with pytest.raises(ValueError, match="prompt token ids must be in"):
+    with pytest.raises(ValueError, match=r"prompt must be token ids in \[0, 4096\)"):
         generate(tiny_lm, [10 ** 6], max_new_tokens=2)
 
 

@@ -1,4 +1,4 @@
-"""labsupport.kv: the seed's KV-cache table, roofline and step-time numbers, pinned."""
+"""labsupport.kv: the KV-cache size table, roofline and step-time numbers, pinned."""
 
 import json
 
@@ -10,7 +10,7 @@ from labsupport.generation import token_forwards
 KiB, MiB, GiB = 2 ** 10, 2 ** 20, 2 ** 30
 
 
-# ----------------------------------------------------------------------------- seed 001 table
+# ----------------------------------------------------------------------------- KV bytes of common models
 
 @pytest.mark.parametrize("name, per_token, at_8k", [
     ("GPT-2 small", 36 * KiB, 288 * MiB),
@@ -18,7 +18,7 @@ KiB, MiB, GiB = 2 ** 10, 2 ** 20, 2 ** 30
     ("Llama 3 8B", 128 * KiB, 1 * GiB),
     ("Llama 3 70B", 320 * KiB, 2.5 * GiB),
 ])
-def test_seed_table_fp16(name, per_token, at_8k):
+def test_kv_bytes_table_fp16(name, per_token, at_8k):
     shape = kv.preset(name)
     assert kv.kv_bytes_per_token(shape, "fp16") == per_token
     assert kv.kv_bytes(shape, 8192) == at_8k
@@ -98,7 +98,7 @@ def test_format_bytes(n, text):
     assert kv.format_bytes(n) == text
 
 
-# ----------------------------------------------------------------------------- roofline (seed 001)
+# ----------------------------------------------------------------------------- roofline
 
 def test_decode_bound_llama3_8b_on_h100():
     w = kv.weight_bytes(kv.preset("Llama 3 8B"))
@@ -112,7 +112,7 @@ def test_decode_bound_llama3_8b_on_h100():
     assert kv.decode_intensity(1) == 1.0 and kv.decode_intensity(64) == 64.0
 
 
-# ----------------------------------------------------------------------------- step time (seed 000 5.3.1)
+# ----------------------------------------------------------------------------- step time t(B) = (W + B·K) / BW
 
 def test_step_time_model():
     W, K, BW = 16e9, 0.25e9, 3.3e12
@@ -125,9 +125,9 @@ def test_step_time_model():
     assert kv.decode_throughput(W, BW, 10 ** 6, K) < kv.throughput_ceiling(K, BW)
 
 
-# ----------------------------------------------------------------------------- counting (seed 001 animation)
+# ----------------------------------------------------------------------------- counting K,V positions
 
-def test_positions_computed_seed_example():
+def test_positions_computed_worked_example():
     assert kv.kv_positions_computed(12, 28, True) == 40
     assert kv.kv_positions_computed(12, 28, False) == 754
     assert kv.kv_saving(12, 28) == pytest.approx(18.85)
@@ -201,3 +201,27 @@ def test_bench_helpers_on_tiny_model(tiny_lm):
         time_cached_vs_uncached(tiny_lm, prompt, [2], repeats=0)
     with pytest.raises(ValueError, match="n_tokens"):
         prompt_of_length(tiny_lm, 0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: kv.kv_bytes(kv.preset("GPT-2 small"), 10.0),
+    lambda: kv.kv_bytes(kv.preset("GPT-2 small"), 10, batch=True),
+    lambda: kv.ModelShape("x", "2", 4, 4, 64, 10),
+    lambda: kv.step_time("1e9", 1e12),
+    lambda: kv.format_bytes("1 KiB"),
+    lambda: kv.kv_positions_computed(3.0, 5, True),
+])
+def test_wrong_type_raises_type_error(call):
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_kv_module_imports_without_torch():
+    """The module docstring promises plain arithmetic: importing it must not load torch."""
+    import subprocess
+    import sys
+    code = "import sys, labsupport.kv, labsupport.serving_math; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                         cwd=str(kv.MODELS_DIR.parent.parent))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

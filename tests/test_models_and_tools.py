@@ -52,6 +52,7 @@ def test_resolve_path_passes_hub_ids_through():
     assert resolve_path("tiny-gpt2").endswith("tiny-gpt2")
 
 
+@pytest.mark.slow
 def test_training_smoke_run(tmp_path):
     """CI runs only a few training steps (the full run takes about half an hour)."""
     from labsupport import train
@@ -71,7 +72,14 @@ def test_corpus_cleaning_reflows_and_drops_symbol_runs():
     assert _comment_blocks("x = 1\n# one\n# two\ny = 2\n# lone\n") == ["one\ntwo"]
 
 
+@pytest.mark.slow
 def test_check_command_runs():
     from labsupport import check
 
     assert check.main(["--no-model"]) in (0, 1)
+
+
+@pytest.mark.parametrize("device", ["foo", "gpu0", 3.5])
+def test_pick_device_bad_name_is_a_value_error(device):
+    with pytest.raises(ValueError, match="device"):
+        pick_device(device)

@@ -1,4 +1,4 @@
-"""Seed worked numbers of serving_math and the simulators of labsupport.sim (no model needed)."""
+"""Worked numbers of serving_math and the simulators of labsupport.sim (no model needed)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from labsupport.sim import timeline as tl
 MiB = sm.MiB
 
 
-# ----------------------------------------------------------------------------- seed 000 §5.3.6–5.3.7
+# ----------------------------------------------------------------------------- reservation vs paged allocation
 
-def test_seed_reservation_numbers():
+def test_reservation_worked_numbers():
     r = sm.reservation_report()
-    assert sm.SEED_KV_BYTES_PER_TOKEN == 128 * 1024                       # Llama 3 8B, fp16
+    assert sm.LLAMA3_8B_KV_BYTES_PER_TOKEN == 128 * 1024                       # Llama 3 8B, fp16
     assert r.reserved_bytes == 256 * MiB                                   # 2048 × 128 KB
     assert r.used_bytes == 37.5 * MiB                                      # 300 × 128 KB
     assert round(100 * r.utilisation) == 15                                # ≈ 15 %
@@ -66,32 +66,32 @@ def test_serving_math_bad_input(call):
         call()
 
 
-# ----------------------------------------------------------------------------- seed 000 §5.3.4
+# ----------------------------------------------------------------------------- static vs continuous batching
 
-def test_seed_batching_numbers():
+def test_batching_worked_numbers():
     r = sm.batching_report()
-    assert sm.bimodal_lengths(8, 50, 400) == list(sm.SEED_OUTPUT_LENS)
+    assert sm.bimodal_lengths(8, 50, 400) == list(sm.BIMODAL_OUTPUT_LENS)
     assert (r.useful_slot_steps, r.occupied_slot_steps) == (1800, 3200)
     assert round(100 * r.utilisation) == 56
     assert (r.static_steps, r.continuous_steps) == (400, 225)
     assert round(r.speedup, 2) == 1.78
 
 
-def test_batching_extremes_of_the_seed():
+def test_batching_extremes():
     assert sm.batching_report([400] * 8, 8).utilisation == 1.0
     one_long = sm.batching_report([4000] + [50] * 7, 8)
-    assert round(100 * one_long.utilisation, 1) == 13.6                  # the seed's "single digit" needs B ≥ 12
+    assert round(100 * one_long.utilisation, 1) == 13.6                  # a "single digit" utilisation needs B ≥ 12
     wide = sm.batching_report([4000] + [50] * 15, 16)
     assert wide.utilisation < 0.1 and wide.speedup > 10
 
 
 def test_simulated_static_matches_closed_form():
-    lens = list(sm.SEED_OUTPUT_LENS)
+    lens = list(sm.BIMODAL_OUTPUT_LENS)
     static = sb.simulate_batching(lens, 8, "static")
     assert static.num_steps == 400 and static.utilisation == 0.5625
     # eight requests only: continuous batching cannot beat the longest request either
     assert sb.simulate_batching(lens, 8, "continuous").num_steps == 400
-    # an endless queue of the seed's batches: continuous → 1,800 / 8 steps per batch
+    # an endless queue of such batches: continuous → 1,800 / 8 steps per batch
     stream = lens * 50
     st_run, co_run = (sb.simulate_batching(stream, 8, p) for p in sb.POLICIES)
     assert st_run.num_steps == 50 * 400
@@ -135,7 +135,7 @@ def test_run_seconds_and_lengths():
         sb.run_seconds(run, lambda b: 0.0)
 
 
-# ----------------------------------------------------------------------------- fragmentation (seed 001)
+# ----------------------------------------------------------------------------- fragmentation
 
 @pytest.fixture(scope="module")
 def frag_runs():
@@ -206,7 +206,7 @@ def test_simulate_bad_input():
 # ----------------------------------------------------------------------------- serving (chunked / disaggregated)
 
 def test_one_request_alone_follows_the_cost_model():
-    cost = ss.seed_cost_model()
+    cost = ss.llama3_8b_h100_cost_model()
     req = [ss.ServedRequest(0, 1000, 3, ss.RequestMetrics(0.5))]
     (colo,) = ss.simulate(req, "colocated", cost)
     assert colo.metrics.ttft == pytest.approx(cost.prefill(1000))
@@ -221,7 +221,7 @@ def test_one_request_alone_follows_the_cost_model():
 
 
 def test_long_prefill_stalls_decodes_unless_chunked():
-    cost = ss.seed_cost_model()
+    cost = ss.llama3_8b_h100_cost_model()
     reqs = [ss.ServedRequest(0, 64, 40, ss.RequestMetrics(0.0)),
             ss.ServedRequest(1, 8192, 2, ss.RequestMetrics(0.05))]
     colo = ss.simulate(reqs, "colocated", cost, replicas=1)

@@ -449,6 +449,10 @@ class _WithEos(LoadedModel):
     def eos_token_id(self) -> int:
         return self.eos
 
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return frozenset({self.eos})
+
 
 def test_sampling_is_seeded_and_stats_add_up(pair):
     target, draft = pair

@@ -60,7 +60,7 @@ def test_eos_finished_node_is_a_square(tiny_lm):
     assert [s == "square" for s in symbols] == [r == "stop" for r in reasons]
 
 
-def test_length_penalty_figure_c09_lines_cross():
+def test_length_penalty_figure_lines_cross():
     fig = length_penalty_figure([("A", -2.0, 2), ("B", -3.0, 4)], alphas=[0.0, 1.0, 2.0], marked_alpha=1.0)
     _fonts_ok(fig)
     a, b = fig.data
@@ -109,11 +109,13 @@ def test_kv_counts_and_cells_figures_match_the_counting():
     assert len(prefill.data[0].x) == 24 and len(prefill.data[1].x) == 0
     with pytest.raises(ValueError, match="step"):
         kv_cells_figure(12, 28, 29)
+    with pytest.raises(TypeError, match="step"):
+        kv_cells_figure(12, 28, 2.0)
     with pytest.raises(ValueError, match="prompt_len"):
         kv_counts_figure(0, 5)
 
 
-def test_memory_figure_seed_calculator():
+def test_memory_figure_calculator():
     fig = memory_figure(kv.preset("Llama 3 8B"), 131_072, 1)
     _fonts_ok(fig)
     weights, kv_bar = fig.data

@@ -75,7 +75,7 @@ def test_tradeoff_sharing_prefix_reservation_figures():
 
 
 def test_batching_figures():
-    lens = list(sm.SEED_OUTPUT_LENS)
+    lens = list(sm.BIMODAL_OUTPUT_LENS)
     runs = {p: sb.simulate_batching(lens, 8, p) for p in sb.POLICIES}
     fig = vb.slot_gantt_figure({p: r.segments for p, r in runs.items()}, 8, lengths=dict(enumerate(lens)))
     assert len(fig.data) == 4
@@ -104,6 +104,7 @@ def test_timeline_and_latency_figures():
     assert list(fig.data[0].x) == ["TTFT p50", "max ITL"]
 
 
+@pytest.mark.slow
 def test_panels_build_and_react():
     from labsupport.widgets import batching as wb
     from labsupport.widgets import paged as wp

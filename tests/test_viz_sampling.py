@@ -87,8 +87,8 @@ def test_entropy_curve_and_chosen_prob_figures():
 
 # ----------------------------------------------------------------------------- worked numbers
 
-def test_seed_temperature_ratios():
-    """Seed 001 §2 and quiz 1: gap 2 → ≈ 7.4 / 55 / 2.7 at T = 1 / 0.5 / 2; logits 3, 1 at T = 0.5 → e⁴."""
+def test_temperature_probability_ratios_in_figures():
+    """Chapter 01 worked numbers: gap 2 → ≈ 7.4 / 55 / 2.7 at T = 1 / 0.5 / 2; logits 3, 1 at T = 0.5 → e⁴."""
     assert round(probability_ratio(2.0, 1.0), 1) == 7.4
     assert round(probability_ratio(2.0, 0.5)) == 55
     assert round(probability_ratio(2.0, 2.0), 1) == 2.7
@@ -267,3 +267,5 @@ def test_sampling_lab_rejects_bad_start_values(tiny_lm):
         sampling_lab(tiny_lm, PROMPT, top_p=1.5)
     with pytest.raises(ValueError, match="seed"):
         sampling_lab(tiny_lm, PROMPT, seed=-1)
+    with pytest.raises(TypeError, match="seed"):
+        sampling_lab(tiny_lm, PROMPT, seed="1")

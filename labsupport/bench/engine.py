@@ -7,10 +7,10 @@ makes exactly its number of tokens and the token ids can be compared), one torch
 2. a batch of 8: ``LLMEngine`` vs ``model.generate`` on a left-padded batch of 8;
 3. 32 queued requests, half short and half long: continuous batching (8 running at most)
    vs static batches of 8 with ``model.generate`` (each batch runs until its longest row is
-   done: the seeds' utilisation argument, seed 000 §5.3.2) and vs transformers' own
+   done: the slot-utilisation argument of Orca, Yu et al., 2022) and vs transformers' own
    continuous batching (``generate_batch``'s manager) — wall clock;
 4. KV memory: fraction of allocated KV slots that hold real tokens, paged (block 16) vs a
-   contiguous reservation of 1024 tokens per request (seed 001: 60–80 % waste), averaged
+   contiguous reservation of 1024 tokens per request (Kwon et al., 2023 measure 60–80 % of KV memory wasted by such systems), averaged
    over the steps of the 32-request run.
 
 Times are medians of ``--repeats`` runs after a warm-up, ours and the peer alternating. Nothing here is a test: a ratio
@@ -124,7 +124,7 @@ def kv_slot_use(lm, prompts: list[list[int]], max_news: list[int], block_size: i
     """Fraction of allocated KV slots that hold a token, paged vs contiguous.
 
     Two views of the same run: averaged over every step (what the pool holds while serving),
-    and per request at its longest (the seeds' per-request arithmetic). Paged allocation is
+    and per request at its longest. Paged allocation is
     ``blocks · block_size`` slots; contiguous is ``reservation`` slots per request (the
     pre-PagedAttention rule of reserving the maximum length up front).
     """

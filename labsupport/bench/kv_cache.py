@@ -25,6 +25,7 @@ import torch
 from ..generation import generate, token_forwards
 from ..models import LoadedModel, model_forward
 from ..sampling import SamplingParams
+from ..validation import check_int
 
 #: Greedy, never stopping on EOS: a run makes exactly ``max_new_tokens`` tokens.
 FIXED_LENGTH_GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -38,10 +39,10 @@ def prompt_of_length(lm: LoadedModel, n_tokens: int, text: str = TEXT) -> list[i
     """The first ``n_tokens`` token ids of ``text`` repeated as often as needed.
 
     Raises:
+        TypeError: a count that is not an integer.
         ValueError: ``n_tokens < 1``.
     """
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    check_int("n_tokens", n_tokens, 1)
     one = lm.encode(text)
     return (one * (n_tokens // len(one) + 1))[:n_tokens]
 
@@ -83,10 +84,10 @@ def time_cached_vs_uncached(lm: LoadedModel, prompt_ids: Sequence[int], new_toke
         One :class:`CacheTiming` per ``n``; ``identical`` says whether both runs gave the same tokens.
 
     Raises:
+        TypeError: a count that is not an integer.
         ValueError: ``repeats < 1`` or a length beyond the model's positions (from ``generate``).
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    check_int("repeats", repeats, 1)
     rows = []
     for n in new_tokens:
         times_none, times_cache = [], []
@@ -129,10 +130,10 @@ def time_prefill_decode(lm: LoadedModel, prompt_len: int = 256, decode_steps: in
     step are kept.
 
     Raises:
+        TypeError: a count that is not an integer.
         ValueError: ``prompt_len`` or ``decode_steps`` < 1, or too long for the model.
     """
-    if isinstance(decode_steps, bool) or not isinstance(decode_steps, int) or decode_steps < 1:
-        raise ValueError(f"decode_steps must be an integer >= 1, got {decode_steps!r}")
+    check_int("decode_steps", decode_steps, 1)
     ids = torch.tensor([prompt_of_length(lm, prompt_len)], device=lm.device)
     prefills, decodes = [], []
     for _ in range(repeats):
@@ -150,10 +151,10 @@ def request_token_times(lm: LoadedModel, prompt_ids: Sequence[int], new_tokens: 
     time per output token (TPOT: one decode step with the KV cache each).
 
     Raises:
+        TypeError: a count that is not an integer.
         ValueError: ``new_tokens < 1``.
     """
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
+    check_int("new_tokens", new_tokens, 1)
     times = []
     start = time.perf_counter()
     logits, cache = model_forward(lm.model, torch.tensor([list(prompt_ids)], device=lm.device))   # prefill

@@ -27,7 +27,7 @@ import torch
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule, eos_ids_of
 from ..validation import check_int, check_token_ids, check_type, is_int, is_real
-from .block_manager import BlockManager
+from .block_manager import BlockManager, NoFreeBlocksError
 from .config import EngineConfig
 from .metrics import RequestMetrics
 from .model_runner import ModelRunner
@@ -51,6 +51,17 @@ class _Request:
     order: int
     forked: bool = False
     children: list[str] = field(default_factory=list)     # ids of its forks, in fork order
+    grammar: object = None                                 # compiled structured output, or None
+    grammar_at: tuple[int, int] = (0, 0)                   # (output tokens consumed, grammar state)
+
+    def grammar_state(self) -> int:
+        """The grammar state after the output so far: a cached look-up, replayed from the output
+        tokens whenever they are not the ones last consumed (a fork, a preempted request)."""
+        done, state = self.grammar_at
+        if done != len(self.seq.output_ids):
+            state = self.grammar.state_after(self.seq.output_ids)
+            self.grammar_at = (len(self.seq.output_ids), state)
+        return state
 
 
 class LLMEngine:
@@ -69,6 +80,9 @@ class LLMEngine:
         block_manager, scheduler, runner: the three parts (``runner`` is the :class:`ModelRunner`).
         eos_token_ids: every end-of-sequence id of the model (tokenizer and generation config).
         history: one :class:`EngineSnapshot` per step when ``record_history`` is on.
+        kv_connector: ``None``, or an object whose ``request_finished(engine, seq, block_ids)`` is
+            called when a request finishes, before its blocks are freed (disaggregated serving:
+            :class:`~labsupport.serving.kv_transfer.KVConnector` ships the prompt's KV there).
     """
 
     def __init__(self, lm, config: EngineConfig | None = None, **overrides):
@@ -89,9 +103,9 @@ class LLMEngine:
         self.scheduler = Scheduler(SchedulerConfig(cfg.max_num_seqs, budget, cfg.preemption_mode,
                                                    cfg.enable_chunked_prefill, cfg.max_prefill_chunk),
                                    self.block_manager)
-        self.eos_token_ids = eos_ids_of(getattr(model.config, "eos_token_id", None),
-                                        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                                        getattr(self.tokenizer, "eos_token_id", None))
+        self.eos_token_ids = (lm.eos_token_ids if hasattr(lm, "eos_token_ids") else
+                              eos_ids_of(getattr(model.config, "eos_token_id", None),
+                                         getattr(getattr(model, "generation_config", None), "eos_token_id", None)))
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
         self.requests: dict[str, _Request] = {}
         self.history: list[EngineSnapshot] = []
@@ -101,6 +115,7 @@ class LLMEngine:
         self._reported: list[str] = []           # finished outside a step (error, abort), not yet reported
         self._last: SchedulerOutput = SchedulerOutput()
         self._last_finished: list[str] = []
+        self.kv_connector = None                 # KV transfer hook: see _append_and_finish
 
     @property
     def eos_token_id(self) -> int | None:
@@ -156,7 +171,8 @@ class LLMEngine:
         seq = Seq(request_id, ids, max_new)
         req = _Request(seq, params, text, self._generator_for(params, 0),
                        StopRule.from_params(params, self.eos_token_ids, max_new),
-                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order))
+                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
+                       grammar=self._grammar(params))
         self.requests[request_id] = req
         problem = None
         if room < 1:
@@ -170,6 +186,52 @@ class LLMEngine:
         else:
             self.scheduler.add(seq)
         return request_id
+
+    def add_prefilled_request(self, prompt_ids: Sequence[int], first_token: int, kv: torch.Tensor,
+                              params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
+                              request_id: str | None = None, arrival_time: float | None = None,
+                              first_token_time: float | None = None) -> str:
+        """Admit a request another engine has prefilled (disaggregated serving, Zhong et al. 2024):
+        its prompt's K/V are written into fresh blocks, ``first_token`` is its first output token,
+        and it joins the running queue to decode. Prompt blocks this engine already caches
+        (prefix caching) are reused and not overwritten.
+
+        Args:
+            prompt_ids: the prompt's token ids.
+            first_token: the token the prefill engine sampled.
+            kv: ``(num_layers, 2, len(prompt_ids), num_heads, head_dim)`` K/V of every prompt token.
+            params, max_new_tokens, request_id, arrival_time: as :meth:`add_request`.
+            first_token_time: when the first token was made (clock of this engine); default now.
+
+        Raises:
+            TypeError / ValueError: as :meth:`add_request`; a ``kv`` of the wrong shape.
+            NoFreeBlocksError: no room now (``max_num_seqs`` running or too few blocks); nothing changes.
+        """
+        ids = check_token_ids("prompt_ids", prompt_ids, self.runner.vocab_size)
+        first = check_token_ids("first_token", [first_token], self.runner.vocab_size)[0]
+        r, bm = self.runner, self.block_manager
+        expected = (r.num_layers, 2, len(ids), r.num_heads, r.head_dim)
+        if not isinstance(kv, torch.Tensor) or tuple(kv.shape) != expected:
+            raise ValueError(f"kv must be a tensor of shape {expected}, got {getattr(kv, 'shape', type(kv).__name__)}")
+        if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
+            raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
+        rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
+        req = self.requests[rid]
+        seq = req.seq
+        if seq.is_finished:                                       # could never fit: finished with "error"
+            return rid
+        self.scheduler.waiting.remove(seq)
+        cached = bm.allocate(rid, ids)
+        r.write_kv(bm.block_table(rid), kv[:, :, cached:], start=cached)
+        bm.mark_computed(rid, len(ids))
+        seq.num_prefix_hit_tokens, seq.num_computed_tokens = cached, len(ids)
+        seq.status = SequenceStatus.RUNNING
+        self.scheduler.running.append(seq)
+        now = self.config.clock() if first_token_time is None else first_token_time
+        req.metrics.first_scheduled_time = now
+        if self._append_and_finish([(0, req)], [first], now):
+            self._reported.append(rid)
+        return rid
 
     def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
         """Cancel requests in any state (waiting, running, mid chunked prefill, swapped out, a fork
@@ -199,6 +261,20 @@ class LLMEngine:
             outs.append(self.output(rid))
         return outs
 
+    def _grammar(self, params: SamplingParams):
+        """The compiled grammar of ``params.structured_output`` (cached per tokenizer and spec), or None.
+
+        Raises:
+            ValueError: structured output without a tokenizer.
+        """
+        if params.structured_output is None:
+            return None
+        if self.tokenizer is None:
+            raise ValueError("structured_output needs a tokenizer (the engine was given a bare model)")
+        from ..structured import compile_structured_output
+        return compile_structured_output(params.structured_output, self.tokenizer, vocab_size=self.runner.vocab_size,
+                                         eos_token_id=self.eos_token_id, device=self.runner.device)
+
     def _generator_for(self, params: SamplingParams, k: int) -> torch.Generator | None:
         if params.greedy:
             return None
@@ -209,6 +285,8 @@ class LLMEngine:
     def fork(self, request_id: str, n: int) -> list[str]:
         """Add ``n`` copies of a running, decoding request that share its blocks (copy-on-write).
 
+        Children beyond ``max_num_seqs`` wait at the front of the waiting queue and are
+        recomputed when admitted (they never push the batch past the limit).
         The children ``"{id}.1"``, … continue from the same tokens with their own generators
         (child k seeded ``seed + k`` when the request has a seed). A name already taken by
         another request is skipped (``"{id}.{k+1}"``, …); the seed still follows k.
@@ -229,20 +307,26 @@ class LLMEngine:
     def _fork(self, req: _Request, n: int) -> list[str]:
         parent, new_ids = req.seq, []
         position = self.scheduler.running.index(parent) + 1
+        waiting_at = 0                                                # children that wait go first in line
         for _ in range(n):
             k = len(req.children) + 1                             # sample index: seed + k
             suffix = k
             while f"{parent.seq_id}.{suffix}" in self.requests:
                 suffix += 1
             child_id = f"{parent.seq_id}.{suffix}"
-            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids),
-                        SequenceStatus.RUNNING, parent.num_computed_tokens)
-            self.block_manager.fork(parent.seq_id, child_id)
-            self.scheduler.running.insert(position, child)
-            position += 1
+            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids))
+            if len(self.scheduler.running) < self.config.max_num_seqs:   # room: share the parent's blocks
+                child.status, child.num_computed_tokens = SequenceStatus.RUNNING, parent.num_computed_tokens
+                self.block_manager.fork(parent.seq_id, child_id)
+                self.scheduler.running.insert(position, child)
+                position += 1
+            else:                                                      # full: it waits, recomputed when admitted
+                self.scheduler.waiting.insert(waiting_at, child)
+                waiting_at += 1
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
             self.requests[child_id] = _Request(child, req.params, req.prompt, self._generator_for(req.params, k),
-                                               req.stop_rule, metrics, next(self._order), forked=True)
+                                               req.stop_rule, metrics, next(self._order), forked=True,
+                                               grammar=req.grammar, grammar_at=req.grammar_at)
             req.children.append(child_id)
             new_ids.append(child_id)
         req.forked = True
@@ -277,7 +361,10 @@ class LLMEngine:
         self.scheduler.on_step_done(out)
         now = self.config.clock()
         rows = self._rows_to_sample(out, now)                                  # 4. sample
-        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids) for i, r in rows])
+        masks = [r.grammar.allowed_token_mask(r.grammar_state()) if r.grammar is not None else None
+                 for _, r in rows]                                     # structured output: per-request masks
+        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
+                                       r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
             self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions
@@ -299,19 +386,24 @@ class LLMEngine:
                 continue
             rows.append((i, req))
             if req.params.n > 1 and not req.forked and not req.seq.output_ids:
-                rows += [(i, self.requests[c]) for c in self._fork(req, req.params.n - 1)]
+                children = [self.requests[c] for c in self._fork(req, req.params.n - 1)]
+                rows += [(i, c) for c in children if c.seq.status == SequenceStatus.RUNNING]
         return rows
 
     def _append_and_finish(self, rows: list[tuple[int, _Request]], tokens: list[int], now: float) -> list[str]:
         finished = []
         for (_, req), token in zip(rows, tokens):
             seq = req.seq
+            if req.grammar is not None:                                # advance before appending
+                req.grammar_at = (len(seq.output_ids) + 1, req.grammar.advance(req.grammar_state(), token))
             seq.output_ids.append(token)
             req.metrics.token_times.append(now)
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
             reason = req.stop_rule.check(seq.output_ids, self.tokenizer.decode if self.tokenizer else None)
             if reason is not None:
+                if self.kv_connector is not None:             # e.g. ship the KV to a decode engine first
+                    self.kv_connector.request_finished(self, seq, self.block_manager.block_table(seq.seq_id))
                 self.scheduler.finish(seq, reason)
                 req.metrics.finish_time = now
                 finished.append(seq.seq_id)

@@ -105,7 +105,7 @@ def request_throughput(metrics: Iterable[RequestMetrics]) -> float:
 
 def goodput(metrics: Iterable[RequestMetrics], ttft_slo: float | None = None,
             tpot_slo: float | None = None) -> float:
-    """Requests per second that met the SLO (seed 003: count only what meets the target).
+    """Requests per second that met the SLO (Zhong et al. 2024: count only what meets the target).
 
     Raises:
         ValueError: an SLO bound that is not > 0.

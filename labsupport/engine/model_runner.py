@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..validation import check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
-from ..validation import check_int
 
 
 @dataclass
@@ -60,6 +60,11 @@ class ModelRunner:
 
     Raises:
         ValueError: not a GPT-2-family model, or sizes < 1.
+
+    Attributes:
+        layer_hook: ``None``, or ``hook(layer_index, meta)`` called in every forward right after
+            a layer's new K/V are written (vLLM's ``save_kv_layer`` point: a KV connector can
+            stream that layer while the next ones compute).
     """
 
     def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
@@ -96,6 +101,7 @@ class ModelRunner:
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=self.dtype, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
+        self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
         self.num_forwards = 0
         self.num_token_forwards = 0
 
@@ -138,6 +144,7 @@ class ModelRunner:
         ends = [s + q for s, q in zip(start_positions, query_lens)]
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
+        self._check_blocks("block_tables", [b for t in block_tables for b in t], self.num_blocks)
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
                               tree_parents=tree_parents)
         flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
@@ -166,6 +173,8 @@ class ModelRunner:
             qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])                # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
             a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale)    # (N, E)
+            if self.layer_hook is not None:                                      # layer i's K/V are written
+                self.layer_hook(i, meta)
             x = x + torch.addmm(layer.attn_proj[1], a, layer.attn_proj[0])
             h = F.layer_norm(x, (e,), *layer.ln_2, eps=self.eps)
             h = layer.act(torch.addmm(layer.c_fc[1], h, layer.c_fc[0]))           # (N, 4E)
@@ -173,10 +182,25 @@ class ModelRunner:
         return x
 
     # ------------------------------------------------------------------ moving blocks
+    @staticmethod
+    def _check_blocks(name: str, ids: Sequence[int], num_blocks: int) -> None:
+        bad = [b for b in ids if not (is_int(b) and 0 <= b < num_blocks)]
+        if bad:
+            raise ValueError(f"{name} must hold block ids in [0, {num_blocks}), got {bad[0]!r}")
+
+    def _check_pairs(self, name: str, pairs: list[tuple[int, int]], src_blocks: int, dst_blocks: int) -> None:
+        self._check_blocks(f"{name} (source blocks)", [p[0] for p in pairs], src_blocks)
+        self._check_blocks(f"{name} (destination blocks)", [p[1] for p in pairs], dst_blocks)
+
     @torch.inference_mode()
     def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V."""
+        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V.
+
+        Raises:
+            ValueError: a block id outside the pool.
+        """
         pairs = list(pairs)
+        self._check_pairs("pairs", pairs, self.num_blocks, self.num_blocks)
         if pairs:
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
@@ -184,10 +208,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
-        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs)."""
+        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
+
+        Raises:
+            ValueError: a block id outside the device pool or the CPU swap space.
+        """
         pairs = list(mapping.items() if isinstance(mapping, Mapping) else mapping)
         if not pairs:
             return
+        self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
         if self.cpu_cache is None:
             self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
         src = torch.tensor([s for s, _ in pairs], device=self.device)
@@ -196,12 +225,55 @@ class ModelRunner:
 
     @torch.inference_mode()
     def swap_in(self, mapping: Mapping[int, int]) -> None:
-        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``)."""
+        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
+
+        Raises:
+            ValueError: a block id outside the pools, or nothing swapped out yet.
+        """
         if not mapping:
             return
+        self._check_pairs("mapping", list(mapping.items()), self.num_cpu_blocks, self.num_blocks)
+        if self.cpu_cache is None:
+            raise ValueError("mapping names CPU blocks, but nothing was swapped out yet (the CPU cache is empty)")
         src = torch.tensor(list(mapping.keys()))
         dst = torch.tensor(list(mapping.values()), device=self.device)
         self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
+
+    # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
+    def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
+        pos = torch.arange(start, start + num_tokens)
+        if num_tokens and (start < 0 or -(-(start + num_tokens) // self.block_size) > len(block_table)):
+            raise ValueError(f"block table of {len(block_table)} blocks holds no slots for positions "
+                             f"{start}..{start + num_tokens - 1}")
+        table = torch.tensor(list(block_table), dtype=torch.long)
+        return (table[pos // self.block_size] * self.block_size + pos % self.block_size).to(self.device)
+
+    @torch.inference_mode()
+    def read_kv(self, block_table: Sequence[int], num_tokens: int, start: int = 0) -> torch.Tensor:
+        """K and V of positions ``start … start+num_tokens-1`` of a sequence, every layer, gathered
+        from its blocks: ``(num_layers, 2, num_tokens, num_heads, head_dim)`` (a copy).
+
+        Raises:
+            ValueError: the block table has no slot for one of the positions.
+        """
+        slots = self._slots(block_table, start, num_tokens)
+        flat = self.kv_cache.flatten(2, 3)                                   # (L, 2, NB·bs, H, D)
+        return flat.index_select(2, slots).clone()
+
+    @torch.inference_mode()
+    def write_kv(self, block_table: Sequence[int], kv: torch.Tensor, start: int = 0) -> None:
+        """Write ``kv`` ``(num_layers, 2, n, num_heads, head_dim)`` into the slots of positions
+        ``start … start+n-1`` of a sequence (KV received from another engine or a lower tier).
+
+        Raises:
+            ValueError: a tensor of another shape, or a block table too short.
+        """
+        expected = (self.num_layers, 2, self.num_heads, self.head_dim)
+        if kv.dim() != 5 or (kv.shape[0], kv.shape[1], kv.shape[3], kv.shape[4]) != expected:
+            raise ValueError(f"kv must have shape (num_layers, 2, n, num_heads, head_dim) = "
+                             f"({expected[0]}, 2, n, {expected[2]}, {expected[3]}), got {tuple(kv.shape)}")
+        slots = self._slots(block_table, start, kv.shape[2])
+        self.kv_cache.flatten(2, 3).index_copy_(2, slots, kv.to(self.device, self.dtype))
 
     # ------------------------------------------------------------------ hook (speculative decoding)
     def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],

@@ -1,4 +1,4 @@
-"""Static vs continuous batching on decode slots, step by step (seed 000 §5.3.2–5.3.4).
+"""Static vs continuous batching on decode slots, step by step (Yu et al., 2022, Orca).
 
 A *slot* is one place in the running batch. Each step, every occupied slot makes one token.
 A request of output length ``n`` occupies a slot for ``n`` steps (its first step is the
@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..validation import check_int, check_real
 
 POLICIES = ("static", "continuous")
 
@@ -67,7 +69,7 @@ class BatchingRun:
 
     @property
     def utilisation(self) -> float:
-        """useful slot-steps / (batch_size × num_steps) — seed 000 §5.3.4's utilisation."""
+        """useful slot-steps / (batch_size × num_steps) — the slot utilisation."""
         return self.useful_slot_steps / (self.batch_size * self.num_steps)
 
     @property
@@ -87,18 +89,14 @@ class BatchingRun:
 
 
 def _check(output_lens: Sequence[int], batch_size: int, arrival_steps: Sequence[int] | None):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size, 1)
     if len(output_lens) == 0:
         raise ValueError("output_lens must hold at least one request, got an empty sequence")
-    lens = tuple(int(n) for n in output_lens)
-    if min(lens) < 1:
-        raise ValueError(f"output_lens must all be >= 1, got {min(lens)}")
-    arrivals = tuple(0 for _ in lens) if arrival_steps is None else tuple(int(a) for a in arrival_steps)
+    lens = tuple(check_int(f"output_lens[{i}]", n, 1) for i, n in enumerate(output_lens))
+    arrivals = (tuple(0 for _ in lens) if arrival_steps is None
+                else tuple(check_int(f"arrival_steps[{i}]", a, 0) for i, a in enumerate(arrival_steps)))
     if len(arrivals) != len(lens):
         raise ValueError(f"arrival_steps must have one entry per request ({len(lens)}), got {len(arrivals)}")
-    if min(arrivals) < 0:
-        raise ValueError(f"arrival_steps must all be >= 0, got {min(arrivals)}")
     return lens, arrivals
 
 
@@ -121,8 +119,8 @@ def simulate_batching(output_lens: Sequence[int], batch_size: int, policy: str =
         ValueError: unknown policy, ``batch_size`` < 1, a length < 1, a negative arrival,
             or mismatched lengths.
 
-    Source: seed 000 §5.3.2–5.3.4 (static batching waits for its longest request; continuous
-    batching refills a slot the step it frees — Yu et al., 2022, Orca).
+    Source: static batching waits for its longest request; continuous
+    batching refills a slot the step it frees (Yu et al., 2022, Orca).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
@@ -183,15 +181,14 @@ def run_seconds(run: BatchingRun, step_time: Callable[[int], float], idle_slots_
 def spread_lengths(mean: float, spread: float) -> tuple[int, int]:
     """Short and long output lengths ``mean·(1 − spread)`` and ``mean·(1 + spread)`` (rounded, ≥ 1).
 
-    ``mean=225, spread=7/9`` gives the seed's 50 and 400.
+    ``mean=225, spread=7/9`` gives 50 and 400.
 
     Raises:
+        TypeError: ``mean`` or ``spread`` not a number.
         ValueError: ``mean`` < 1 or ``spread`` outside [0, 1).
     """
-    if not mean >= 1:
-        raise ValueError(f"mean must be >= 1 token, got {mean!r}")
-    if not 0 <= spread < 1:
-        raise ValueError(f"spread must be in [0, 1), got {spread!r}")
+    check_real("mean", mean, 1)
+    check_real("spread", spread, 0, 1, high_open=True)
     return max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
 
 
@@ -199,11 +196,11 @@ def bimodal_stream(num_requests: int, short: int, long: int, seed: int = 0) -> l
     """``num_requests`` output lengths, each ``short`` or ``long`` with probability ½ (seeded).
 
     Raises:
+        TypeError: an argument not an integer.
         ValueError: ``num_requests`` < 1 or a length < 1.
     """
-    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise ValueError(f"num_requests must be an integer >= 1, got {num_requests!r}")
-    if short < 1 or long < 1:
-        raise ValueError(f"short and long must be >= 1, got {short} and {long}")
+    check_int("num_requests", num_requests, 1)
+    check_int("short", short, 1)
+    check_int("long", long, 1)
     rng = np.random.default_rng(seed)
     return [int(long) if b else int(short) for b in rng.integers(0, 2, size=num_requests)]

@@ -1,18 +1,18 @@
-"""Contiguous reservation vs paged KV allocation on the same request stream (seed 001's simulator).
+"""Contiguous reservation vs paged KV allocation on the same request stream (Kwon et al., 2023).
 
-The KV memory holds ``memory_tokens`` token slots (seed 001 draws 1,024, one cell per token).
+The KV memory holds ``memory_tokens`` token slots (1,024 by default, one cell per token in the figure).
 Requests arrive at random (Poisson, ``arrival_rate`` per step); each starts with a
 ``prompt_len``-token prompt and grows by ``tokens_per_step`` tokens every step until it
 holds its final length, drawn uniformly in ``[prompt_len, reservation]``. The same stream
 goes through two allocators:
 
 * **contiguous**: each admitted request reserves ``reservation`` consecutive slots and keeps
-  them until it finishes — the naive serving of seed 000 §5.3.6. With one reservation size
+  them until it finishes — the naive serving that PagedAttention replaces (Kwon et al., 2023, §3). With one reservation size
   for everybody, first fit places every reservation at a multiple of ``reservation``, so
   this allocator *is* a block manager whose one block per request is ``reservation`` slots:
   ``BlockManager(memory_tokens // reservation, block_size=reservation)``.
 * **paged**: ``BlockManager(memory_tokens // block_size, block_size)``: a request holds
-  ``⌈length / block_size⌉`` blocks anywhere in the pool (seed 000 §5.3.7).
+  ``⌈length / block_size⌉`` blocks anywhere in the pool (Kwon et al., 2023, §4).
 
 Both pools are driven by the engine's own :class:`~labsupport.engine.scheduler.Scheduler`
 (first come first served, whole prompt admitted only if its blocks fit, the youngest
@@ -29,6 +29,7 @@ import numpy as np
 
 from ..engine.block_manager import BlockManager
 from ..engine.scheduler import Scheduler, SchedulerConfig, Sequence
+from ..validation import check_int, check_real
 
 POLICIES = ("contiguous", "paged")
 
@@ -46,7 +47,7 @@ class SimRequest:
 
 @dataclass(frozen=True)
 class Workload:
-    """The knobs of seed 001's simulator (defaults: its memory of 1,024 tokens, 8 tokens/step)."""
+    """The knobs of the simulator (defaults: a memory of 1,024 tokens, 8 tokens/step)."""
 
     reservation: int = 256
     arrival_rate: float = 0.5
@@ -58,14 +59,10 @@ class Workload:
 
     def __post_init__(self) -> None:
         for name, low in (("num_steps", 1), ("memory_tokens", 1), ("prompt_len", 1), ("tokens_per_step", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if not isinstance(self.reservation, int) or not self.prompt_len <= self.reservation <= self.memory_tokens:
-            raise ValueError(f"reservation must be an integer in [prompt_len={self.prompt_len}, "
-                             f"memory_tokens={self.memory_tokens}], got {self.reservation!r}")
-        if not 0 <= self.arrival_rate <= 16:
-            raise ValueError(f"arrival_rate must be in [0, 16] requests per step, got {self.arrival_rate!r}")
+            check_int(name, getattr(self, name), low)
+        check_int("reservation", self.reservation, self.prompt_len, self.memory_tokens,
+                  hint=" (prompt_len to memory_tokens)")
+        check_real("arrival_rate", self.arrival_rate, 0, 16, hint=" requests per step")
 
 
 def make_requests(workload: Workload) -> list[SimRequest]:
@@ -138,16 +135,16 @@ def simulate(workload: Workload, policy: str, block_size: int = 16,
         requests: the stream (default :func:`make_requests` of the workload).
 
     Raises:
+        TypeError: ``block_size`` not an integer.
         ValueError: unknown policy, ``block_size`` not in ``[1, memory_tokens]``, or so large
             that whole blocks cannot hold one request of ``reservation`` tokens.
 
-    Source: seed 001 ("메모리 단편화: 연속 할당 vs 페이지 할당"); seed 000 §5.3.5–5.3.7.
+    Source: Kwon et al., 2023 (PagedAttention, §3: fragmentation of contiguous KV reservations).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     mem = workload.memory_tokens
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or not 1 <= block_size <= mem:
-        raise ValueError(f"block_size must be an integer in [1, {mem}], got {block_size!r}")
+    check_int("block_size", block_size, 1, mem)
     bs = block_size if policy == "paged" else workload.reservation
     if (mem // bs) * bs < workload.reservation:
         raise ValueError(f"block_size must leave room for one request of reservation={workload.reservation} "

@@ -1,20 +1,20 @@
-"""Prefill/decode interference on one GPU vs chunked prefill vs disaggregated pools (seed 000 §5.3.14–5.3.16).
+"""Prefill/decode interference on one GPU vs chunked prefill vs disaggregated pools.
 
 A discrete-time model of an LLM server with a roofline cost model (``labsupport.kv``):
 
 * a decode step of a batch reads the weights once and every request's KV:
-  ``t = (W + Σ context·kv_per_token) / BW`` (seed 000 §5.3.1);
-* a prefill is compute-bound: ``tokens · 2N / (peak · MFU)`` (seed 001's roofline);
+  ``t = (W + Σ context·kv_per_token) / BW`` (memory-bound decoding, Pope et al., 2022);
+* a prefill is compute-bound: ``tokens · 2N / (peak · MFU)`` (the roofline, Williams et al., 2009);
 * moving a prompt's KV between machines takes ``tokens · kv_per_token / link_bandwidth``.
 
 Three ways to serve the same requests:
 
 * ``colocated`` — continuous batching that runs a waiting prompt's whole prefill in its own
-  step (every decoding request waits: a TBT spike, §5.3.14);
+  step (every decoding request waits: a TBT spike);
 * ``chunked`` — each step carries every decode token plus at most ``chunk`` prompt tokens
-  (Sarathi, Agrawal et al., 2023; §5.3.15);
+  (Sarathi, Agrawal et al., 2023);
 * ``disaggregated`` — a prefill machine computes prompts first come first served and ships
-  the KV to a decode machine that only decodes (DistServe / Splitwise; §5.3.16).
+  the KV to a decode machine that only decodes (DistServe, Zhong et al., 2024; Splitwise, Patel et al., 2024).
 
 Colocated and chunked serving can use several replicas (requests dealt round-robin) so
 that the comparison with disaggregation (one prefill + one decode machine) uses the same
@@ -31,6 +31,7 @@ import numpy as np
 
 from ..engine.metrics import RequestMetrics
 from ..kv import H100_SXM, PRESETS, kv_bytes_per_token, weight_bytes
+from ..validation import check_int, check_real, is_int
 
 
 @dataclass(frozen=True)
@@ -56,20 +57,19 @@ class CostModel:
         return tokens * self.kv_bytes_per_token / self.link_bandwidth
 
 
-def seed_cost_model(mfu: float = 0.5, link_bandwidth: float = 50e9) -> CostModel:
-    """Llama 3 8B (bf16, fp16 KV) on an H100 SXM — the seeds' running example.
+def llama3_8b_h100_cost_model(mfu: float = 0.5, link_bandwidth: float = 50e9) -> CostModel:
+    """Llama 3 8B (bf16, fp16 KV) on an H100 SXM — the course's running example.
 
     Args:
-        mfu: fraction of peak FLOP/s a prefill reaches (seed 001: 40–60 %).
+        mfu: fraction of peak FLOP/s a prefill reaches (40–60 % is typical for large prefills).
         link_bandwidth: KV transfer between machines, bytes/s (50 GB/s ≈ 400 Gb/s RDMA).
 
     Raises:
+        TypeError: a parameter not a number.
         ValueError: ``mfu`` outside (0, 1] or ``link_bandwidth`` not > 0.
     """
-    if not 0 < mfu <= 1:
-        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    if not link_bandwidth > 0:
-        raise ValueError(f"link_bandwidth must be > 0 bytes/s, got {link_bandwidth!r}")
+    check_real("mfu", mfu, 0, 1, low_open=True)
+    check_real("link_bandwidth", link_bandwidth, 0, low_open=True, hint=" bytes/s")
     shape = PRESETS["Llama 3 8B"]
     return CostModel(weight_bytes=weight_bytes(shape, "bf16"), kv_bytes_per_token=kv_bytes_per_token(shape, "fp16"),
                      bandwidth=H100_SXM.bandwidth,
@@ -118,17 +118,19 @@ def poisson_requests(rate: float, num_requests: int, prompt_len: int | Sequence[
         seed: for the ``numpy.random.Generator``.
 
     Raises:
+        TypeError: a parameter of the wrong type.
         ValueError: a parameter out of range.
     """
-    if not rate > 0:
-        raise ValueError(f"rate must be > 0 requests/s, got {rate!r}")
-    if num_requests < 1 or output_len < 1:
-        raise ValueError(f"num_requests and output_len must be >= 1, got {num_requests} and {output_len}")
+    check_real("rate", rate, 0, low_open=True, hint=" requests/s")
+    check_int("num_requests", num_requests, 1)
+    check_int("output_len", output_len, 1)
     rng = np.random.default_rng(seed)
     t = np.cumsum(rng.exponential(1 / rate, size=num_requests))
-    choices = [prompt_len] if isinstance(prompt_len, int) else list(prompt_len)
-    if min(choices) < 1:
-        raise ValueError(f"prompt_len must be >= 1, got {min(choices)}")
+    choices = [prompt_len] if is_int(prompt_len) else list(prompt_len)
+    if not choices:
+        raise ValueError("prompt_len must be an integer >= 1 or a non-empty list of them, got []")
+    for c in choices:
+        check_int("prompt_len", c, 1)
     lens = rng.choice(choices, size=num_requests)
     return [ServedRequest(i, int(lens[i]), output_len, RequestMetrics(float(t[i]))) for i in range(num_requests)]
 
@@ -191,23 +193,24 @@ def simulate(requests: Sequence[ServedRequest], policy: str, cost: CostModel | N
     Args:
         requests: from :func:`poisson_requests` (not modified; copies are returned).
         policy: ``"colocated"``, ``"chunked"`` or ``"disaggregated"``.
-        cost: machine costs (default :func:`seed_cost_model`).
+        cost: machine costs (default :func:`llama3_8b_h100_cost_model`).
         max_batch: most requests decoded together per machine.
         chunk: prompt tokens per step for ``"chunked"``.
         replicas: machines for the colocated policies (disaggregated always uses one
             prefill + one decode machine).
 
     Raises:
+        TypeError: a size not an integer.
         ValueError: unknown policy or a size < 1.
 
-    Source: seed 000 §5.3.14–5.3.16; seed 002 (prefill/decode disaggregation).
+    Source: Agrawal et al., 2023 (Sarathi, chunked prefill); Zhong et al., 2024 (DistServe) and
+    Patel et al., 2024 (Splitwise) for prefill/decode disaggregation.
     """
     if policy not in ("colocated", "chunked", "disaggregated"):
         raise ValueError(f"policy must be 'colocated', 'chunked' or 'disaggregated', got {policy!r}")
     for name, v in (("max_batch", max_batch), ("chunk", chunk), ("replicas", replicas)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    cost = cost or seed_cost_model()
+        check_int(name, v, 1)
+    cost = cost or llama3_8b_h100_cost_model()
     reqs = _fresh(requests)
     if policy == "disaggregated":
         free_at, ready = 0.0, {}

@@ -22,9 +22,9 @@ from ..generation import _check_length, _prompt_ids
 from ..models import LoadedModel
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule
-from ..validation import check_int
+from ..validation import check_int, check_type
 from .cache import CachedLM
-from .proposers import Proposal
+from .proposers import Proposal, check_same_vocabulary
 from .rounds import RoundRecord, commit_round, verify_round
 from .stats import SpecStats
 
@@ -73,14 +73,21 @@ def speculative_generate(target: LoadedModel, proposer, prompt: str | Sequence[i
 
     Raises:
         TypeError: γ not an integer.
-        ValueError: empty prompt, γ < 1, or a length beyond the model's position limit.
+        ValueError: empty prompt, γ < 1, a prompt that fills the context window, a draft
+            whose vocabulary differs from the target's, or ``params.structured_output`` set.
     """
     gamma = check_int("gamma", gamma, 1)
+    check_type("params", params, SamplingParams)
+    if params.structured_output is not None:
+        raise ValueError("structured_output is not supported with speculative decoding "
+                         "(the draft would need the grammar too); use generate() or LLMEngine")
+    if getattr(proposer, "draft", None) is not None:          # however the proposer was built
+        check_same_vocabulary(target, proposer.draft)
     ids = _prompt_ids(target, prompt)
     max_new = _check_length(target, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=target.device).manual_seed(params.seed)
-    rule = StopRule.from_params(params, target.eos_token_id, max_new)
+    rule = StopRule.from_params(params, target.eos_token_ids, max_new)
     t0 = time.perf_counter()
     tgt = CachedLM(target)
     if len(ids) > 1:
@@ -92,11 +99,12 @@ def speculative_generate(target: LoadedModel, proposer, prompt: str | Sequence[i
     finish = None
     while finish is None:
         g = min(gamma, max_new - len(new) - 1)                  # never draft more than can be emitted
-        prop = proposer.propose(seq, g, params, generator) if g > 0 else Proposal([])
+        prop = (proposer.propose(seq, g, params, generator, prompt_len=len(ids), end_ids=rule.end_ids)
+                if g > 0 else Proposal([]))
         t1 = time.perf_counter()
         tgt.sync(seq)
         logits = tgt.forward(seq[len(tgt.cached):] + prop.tokens)[-(len(prop.tokens) + 1):]   # (k+1, V)
-        rec = verify_round(logits, prop, seq, params, generator)
+        rec = verify_round(logits, prop, seq, params, generator, prompt_len=len(ids), end_ids=rule.end_ids)
         stats.target_seconds += time.perf_counter() - t1
         stats.target_forwards += 1
         finish = commit_round(rec, seq, new, rule, target.decode)

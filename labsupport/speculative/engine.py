@@ -37,8 +37,8 @@ from ..engine.model_runner import ModelRunner
 from ..generation import _prompt_ids
 from ..models import LoadedModel
 from ..sampling import GREEDY, SamplingParams
-from ..stopping import StopRule, eos_ids_of
-from ..validation import check_int
+from ..stopping import StopRule
+from ..validation import check_int, check_type
 from .proposers import DraftRequest, Proposal, check_same_vocabulary, draft_tokens, lookup_ngram
 from .rounds import RoundRecord, commit_round, verify_round
 from .stats import SpecStats
@@ -103,6 +103,7 @@ class SpecDecodeEngine:
         gamma = check_int("gamma", gamma, 0)
         max_num_seqs = check_int("max_num_seqs", max_num_seqs, 1)
         max_ngram = check_int("max_ngram", max_ngram, 1)
+        seed = check_int("seed", seed, 0, 2 ** 63 - 1)
         if draft is not None:
             check_same_vocabulary(target, draft)
         self.target, self.draft, self.gamma = target, draft, gamma
@@ -111,10 +112,7 @@ class SpecDecodeEngine:
         self.block_manager = BlockManager(num_blocks, block_size)
         self.draft_runner = ModelRunner(draft, block_size, num_blocks) if draft is not None else None
         self.draft_block_manager = BlockManager(num_blocks, block_size) if draft is not None else None
-        model = target.model                      # every EOS id, as LLMEngine counts them
-        self.eos_token_ids = eos_ids_of(getattr(model.config, "eos_token_id", None),
-                                        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                                        target.eos_token_id)
+        self.eos_token_ids = target.eos_token_ids         # every EOS id, as LLMEngine counts them
         self.num_rounds = 0
         self.peak_blocks = 0
         self.draft_seconds = 0.0
@@ -127,13 +125,21 @@ class SpecDecodeEngine:
         """Run every prompt to the end; outputs in prompt order.
 
         Raises:
-            TypeError: ``max_new_tokens`` not an integer.
-            ValueError: an empty prompt, ids outside the vocabulary, or ``max_new_tokens < 1``.
+            TypeError: ``params`` not a SamplingParams, ``max_new_tokens`` not an integer.
+            ValueError: an empty prompt, ids outside the vocabulary, ``max_new_tokens < 1``, or
+            ``params.structured_output`` set (not supported with speculative decoding).
+            A prompt that fills the context window finishes with ``"error"``; one that fits runs
+            until ``max_tokens`` or the window is full (``"length"``).
         """
-        max_new = check_int("max_new_tokens", params.max_tokens if max_new_tokens is None else max_new_tokens, 1)
+        check_type("params", params, SamplingParams)
+        if params.structured_output is not None:
+            raise ValueError("structured_output is not supported by SpecDecodeEngine; use LLMEngine")
+        requested = check_int("max_new_tokens", params.max_tokens if max_new_tokens is None else max_new_tokens, 1)
+        limit = self.runner.max_positions
         waiting = []
         for i, prompt in enumerate(prompts):
             ids = _prompt_ids(self.target, prompt)
+            max_new = max(1, min(requested, limit - len(ids)))      # the context window: run until it is full
             seed = params.seed if params.seed is not None else self.seed + i
             gen = torch.Generator(device=self.target.device).manual_seed(seed)
             need = self.block_manager.blocks_needed(len(ids) + max_new + self.gamma)
@@ -142,12 +148,11 @@ class SpecDecodeEngine:
                                 rule=rule, reserved=need, stats=SpecStats(gamma=self.gamma), seq=list(ids)))
         done: dict[str, SpecRequestOutput] = {}
         running: list[_Seq] = []
-        limit = self.runner.max_positions
         while waiting or running:
             admitted = []
             while waiting and len(running) < self.max_num_seqs:
                 s = waiting[0]
-                if len(s.prompt_ids) + s.max_new > limit or s.reserved > self.block_manager.num_blocks:
+                if len(s.prompt_ids) >= limit or s.reserved > self.block_manager.num_blocks:
                     waiting.pop(0)
                     done[s.rid] = self._output(s, error=f"needs {s.reserved} blocks / "
                                                f"{len(s.prompt_ids) + s.max_new} positions; the pool has "
@@ -187,7 +192,8 @@ class SpecDecodeEngine:
             bm = self.draft_block_manager
             requests = {s.rid: DraftRequest(feed=s.seq[bm.num_tokens(s.rid) if bm.has_seq(s.rid) else 0:],
                                             history=s.seq, gamma=gammas[s.rid], params=s.params,
-                                            generator=s.generator) for s in seqs}
+                                            generator=s.generator, prompt_len=len(s.prompt_ids),
+                                            end_ids=s.rule.end_ids) for s in seqs}
 
             def next_logits(feed: dict[str, list[int]]) -> dict[str, torch.Tensor]:
                 return {rid: rows[-1] for rid, rows in extend(self.draft_runner, bm, feed, all_logits=False).items()}
@@ -208,7 +214,8 @@ class SpecDecodeEngine:
         self.num_rounds += 1
         for s in seqs:
             prop, before = props[s.rid], len(s.seq)
-            rec = verify_round(logits[s.rid][-(len(prop.tokens) + 1):], prop, s.seq, s.params, s.generator)
+            rec = verify_round(logits[s.rid][-(len(prop.tokens) + 1):], prop, s.seq, s.params, s.generator,
+                               prompt_len=len(s.prompt_ids), end_ids=s.rule.end_ids)
             s.finish = commit_round(rec, s.seq, s.new, s.rule, self.target.decode)
             s.rounds.append(rec)
             s.stats.add(rec)

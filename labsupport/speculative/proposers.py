@@ -65,10 +65,12 @@ class DraftRequest:
     Attributes:
         feed: ids the draft's cache lacks (at least the last committed token); the first
             draft forward feeds them.
-        history: the committed ids (prompt + output) for the repetition penalty.
+        history: the committed ids (prompt + output) for the penalties.
         gamma: how many tokens to draft (0 = none).
         params: sampling settings (the same the target is verified with).
         generator: for the draws when ``params`` sample.
+        prompt_len: where the output starts in ``history`` (frequency / presence penalties and
+            ``min_tokens`` look at the output only). end_ids: the ids ``min_tokens`` holds back.
     """
 
     feed: list[int]
@@ -76,6 +78,8 @@ class DraftRequest:
     gamma: int
     params: SamplingParams
     generator: torch.Generator | None = None
+    prompt_len: int | None = None
+    end_ids: frozenset[int] = frozenset()
 
 
 NextLogits = Callable[[dict[Hashable, list[int]]], Mapping[Hashable, torch.Tensor]]
@@ -111,7 +115,8 @@ def draft_tokens(next_logits: NextLogits, requests: Mapping[Hashable, DraftReque
             if r.params.is_plain_greedy:                      # q is one-hot at the arg-max: skip it
                 tokens.append(int(logits[key].argmax()))
             else:
-                q = probs_from_logits(logits[key].unsqueeze(0), r.params, [list(r.history) + tokens])[0]
+                q = probs_from_logits(logits[key].unsqueeze(0), r.params, [list(r.history) + tokens],
+                                      prompt_lens=r.prompt_len, end_ids=r.end_ids)[0]
                 tokens.append(int(sample_from(q, r.generator)))
                 rows[key].append(q)
             if i < r.gamma - 1:
@@ -141,6 +146,7 @@ class DraftModelProposer:
     def __init__(self, draft: LoadedModel, target: LoadedModel | None = None):
         if target is not None:
             check_same_vocabulary(target, draft)
+        self.draft = draft
         self.kv = CachedLM(draft)
         self.forwards = 0
         self.seconds = 0.0
@@ -154,13 +160,14 @@ class DraftModelProposer:
 
     @torch.no_grad()
     def propose(self, seq: Sequence[int], gamma: int, params: SamplingParams,
-                generator: torch.Generator | None = None) -> Proposal:
+                generator: torch.Generator | None = None, *, prompt_len: int | None = None,
+                end_ids: frozenset[int] = frozenset()) -> Proposal:
         """Draft ``gamma`` tokens after ``seq`` with :func:`draft_tokens`: γ draft forwards (the
         first feeds whatever the cache lacks, usually one token)."""
         start = time.perf_counter()
         self.kv.sync(seq)
         req = DraftRequest(feed=list(seq[len(self.kv.cached):]), history=list(seq), gamma=gamma,
-                           params=params, generator=generator)
+                           params=params, generator=generator, prompt_len=prompt_len, end_ids=end_ids)
         prop = draft_tokens(lambda feed: {0: self.kv.forward(feed[0])[-1]}, {0: req})[0]
         self.forwards += gamma
         self.seconds += time.perf_counter() - start
@@ -194,8 +201,10 @@ class NgramProposer:
         self.forwards, self.seconds = 0, 0.0
 
     def propose(self, seq: Sequence[int], gamma: int, params: SamplingParams | None = None,
-                generator: torch.Generator | None = None) -> Proposal:
-        """Up to ``gamma`` tokens (possibly none when no n-gram matches)."""
+                generator: torch.Generator | None = None, *, prompt_len: int | None = None,
+                end_ids: frozenset[int] = frozenset()) -> Proposal:
+        """Up to ``gamma`` tokens (possibly none when no n-gram matches); the sampling settings are
+        not needed (a lookup is deterministic: q is one-hot), they are taken for one interface."""
         start = time.perf_counter()
         tokens = lookup_ngram(seq, gamma, self.max_ngram, self.min_ngram)
         self.seconds += time.perf_counter() - start

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sampling import SamplingParams, apply_repetition_penalty, probs_from_logits
+from ..sampling import SamplingParams, penalise, probs_from_logits
 from ..stopping import StopRule
 from .proposers import Proposal
 from .rejection import verify
@@ -49,7 +49,8 @@ class RoundRecord:
 
 
 def verify_round(logits: torch.Tensor, prop: Proposal, seq: Sequence[int], params: SamplingParams,
-                 generator: torch.Generator | None = None) -> RoundRecord:
+                 generator: torch.Generator | None = None, *, prompt_len: int | None = None,
+                 end_ids: frozenset[int] = frozenset()) -> RoundRecord:
     """Verify one sequence's proposal from the target's logits over ``[last, d_1..d_k]``.
 
     Args:
@@ -57,22 +58,23 @@ def verify_round(logits: torch.Tensor, prop: Proposal, seq: Sequence[int], param
         prop: the :class:`Proposal` (``q`` None = deterministic, one-hot).
         seq: the committed sequence before the round (prompt + output), for the processors.
         params: sampling settings, applied identically to p and q (history per row for the
-            repetition penalty).
+            penalties).
+        prompt_len, end_ids: where the output starts in ``seq`` and the ids ``min_tokens``
+            holds back, as :func:`labsupport.sampling.process_logits` takes them.
 
     Returns:
         A :class:`RoundRecord` (``emitted`` still empty: :func:`commit_round` fills it).
     """
     k = len(prop.tokens)
-    history = [list(seq) + prop.tokens[:i] for i in range(k + 1)] if params.repetition_penalty != 1.0 else None
+    history = [list(seq) + prop.tokens[:i] for i in range(k + 1)] if not params.is_plain_greedy else None
     top = logits.argmax(dim=-1).tolist()                                             # (k+1,)
     if params.greedy:               # p and q one-hot: accept while draft == target arg-max, no randomness
-        best = top if history is None else apply_repetition_penalty(
-            logits, history, params.repetition_penalty).argmax(dim=-1).tolist()
+        best = top if history is None else penalise(logits, params, history, prompt_len, end_ids).argmax(-1).tolist()
         hit = [float(prop.tokens[i] == best[i]) for i in range(k)]       # = min(1, p/q) = Σ min(p, q)
         n = hit.index(0.0) if 0.0 in hit else k
         return RoundRecord(position=len(seq), draft_tokens=list(prop.tokens), num_accepted=n, next_token=best[n],
                            bonus=(k > 0 and n == k), emitted=[], accept_prob=hit, overlap=hit, target_argmax=top)
-    p = probs_from_logits(logits, params, history)                                   # (k+1, V)
+    p = probs_from_logits(logits, params, history, prompt_lens=prompt_len, end_ids=end_ids)      # (k+1, V)
     if prop.q is not None:
         q = prop.q.to(p)
     else:

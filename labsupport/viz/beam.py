@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..beam import BeamSearchResult, length_normalised_score
+from ..validation import check_int
 
 FONT = {"size": 15}
 COLOURS = {"kept": "#1f77b4", "pruned": "#b0b0b0", "finished": "#2ca02c", "best": "#d62728", "root": "#444444"}
@@ -73,10 +74,10 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
         width: figure width in pixels (default: the container's).
 
     Raises:
+        TypeError: a count that is not an integer.
         ValueError: ``max_children < 1``.
     """
-    if isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1:
-        raise ValueError(f"max_children must be an integer >= 1, got {max_children!r}")
+    check_int("max_children", max_children, 1)
     shown = _visible_nodes(result, max_children)
     pos = _layout_positions(result, shown)
     best = set(result.path(result.best.node_id)) if result.hypotheses else set()

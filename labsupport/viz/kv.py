@@ -12,20 +12,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import kv
+from ..validation import check_int
 
 FONT = {"size": 15}
 RED, BLUE, GREY, GREEN = "#d62728", "#1f77b4", "#d9d9d9", "#2ca02c"
 
 
-def _check(name: str, value: int, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
 def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) -> go.Figure:
     """Cumulative K,V positions computed vs generated tokens: a parabola without a cache, a line with one.
 
-    Counting as seed 001's animation (:func:`labsupport.kv.kv_positions_computed`).
+    Counted by :func:`labsupport.kv.kv_positions_computed`.
 
     Args:
         prompt_len: P ≥ 1.
@@ -33,13 +29,13 @@ def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) 
         step: mark this step (default ``n``).
 
     Raises:
+        TypeError: P, n or ``step`` not an integer.
         ValueError: P or n < 1, or ``step`` outside ``[0, n]``.
     """
-    _check("prompt_len", prompt_len, 1)
-    _check("new_tokens", new_tokens, 1)
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
     step = new_tokens if step is None else step
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= new_tokens:
-        raise ValueError(f"step must be an integer in [0, {new_tokens}], got {step!r}")
+    check_int("step", step, 0, new_tokens)
     xs = list(range(new_tokens + 1))
     none = [kv.kv_positions_computed(prompt_len, t, False) for t in xs]
     cache = [kv.kv_positions_computed(prompt_len, t, True) for t in xs]
@@ -60,17 +56,17 @@ def kv_counts_figure(prompt_len: int, new_tokens: int, step: int | None = None) 
 
 
 def kv_cells_figure(prompt_len: int, new_tokens: int, step: int) -> go.Figure:
-    """Seed 001's animation at one step: one square per position, one row per method.
+    """The KV-cache animation at one step: one square per position, one row per method.
 
     Red = computed in this step, blue = read from the cache (reused), grey = not yet generated.
 
     Raises:
+        TypeError: P, n or ``step`` not an integer.
         ValueError: P or n < 1, or ``step`` outside ``[0, n]``.
     """
-    _check("prompt_len", prompt_len, 1)
-    _check("new_tokens", new_tokens, 1)
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= new_tokens:
-        raise ValueError(f"step must be an integer in [0, {new_tokens}], got {step!r}")
+    check_int("prompt_len", prompt_len, 1)
+    check_int("new_tokens", new_tokens, 1)
+    check_int("step", step, 0, new_tokens)
     total = prompt_len + new_tokens
     size = max(5, min(20, int(900 / total)))
     fig = go.Figure()
@@ -126,7 +122,7 @@ def timing_figure(new_tokens: Sequence[int], seconds_uncached: Sequence[float],
 
 
 def request_timeline_figure(token_times: Sequence[float], prefill_tokens: int) -> go.Figure:
-    """One request on a time axis (seed 001, Fig. 8-3): the prefill until the first token (TTFT),
+    """One request on a time axis: the prefill until the first token (TTFT),
     then one token every TPOT.
 
     Args:
@@ -155,7 +151,7 @@ def request_timeline_figure(token_times: Sequence[float], prefill_tokens: int) -
 
 def memory_figure(shape: kv.ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16",
                   attention: str | None = None, capacity: float = 80e9) -> go.Figure:
-    """Seed 001's KV memory calculator: weights (bf16) + KV for MHA / GQA / MQA vs an 80 GB line.
+    """A KV memory calculator: weights (bf16) + KV for MHA / GQA / MQA vs an 80 GB line.
 
     The chosen attention kind (default: the model's own) is drawn solid, the other two faded.
 
@@ -191,7 +187,7 @@ def memory_figure(shape: kv.ModelShape, seq_len: int, batch: int = 1, kv_dtype: 
 
 def step_time_figure(weight_bytes: float, kv_bytes_per_request: float, bandwidth: float,
                      batches: Sequence[int] = tuple(range(1, 257)), marked: Sequence[int] = (1, 64, 240)) -> go.Figure:
-    """Seed 000 5.3.1: step time ``t(B) = (W + B·K)/BW`` and throughput ``B/t(B)`` vs batch, with the ceiling ``BW/K``.
+    """Step time ``t(B) = (W + B·K)/BW`` and throughput ``B/t(B)`` vs batch, with the ceiling ``BW/K``.
 
     Raises:
         ValueError: as :func:`labsupport.kv.step_time`.

@@ -317,7 +317,7 @@ def prefix_cache_figure(request_ids: Sequence[str], ttft_off_ms: Sequence[float]
 
 
 def reservation_figure(report) -> go.Figure:
-    """Seed 000 §5.3.6: one request's contiguous reservation vs what it uses vs paged allocation.
+    """One request's contiguous reservation vs what it uses vs paged allocation.
 
     Args:
         report: a :class:`labsupport.serving_math.ReservationReport`.

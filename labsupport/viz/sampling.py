@@ -57,7 +57,7 @@ def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: S
                         temperature: float | None = None, title: str | None = None) -> go.Figure:
     """Logits (left) and probabilities (right) of the top candidates, most likely on top.
 
-    The seed 001 §2 "temperature and distribution" simulator, on real numbers: the left bars
+    Temperature and distribution, on real numbers: the left bars
     are the model's logits ``z_i``, the right bars ``p_i = softmax(z / T)_i``. Adding a constant
     to every logit moves the left bars and leaves the right bars where they are.
 
@@ -92,7 +92,7 @@ def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: S
 
 def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_probs: Sequence[float],
                   reasons: Sequence[str], *, title: str | None = None) -> go.Figure:
-    """Kept versus cut candidates of one sampling step (seed 001 §3 sampling lab).
+    """Kept versus cut candidates of one sampling step.
 
     Args:
         tokens: display strings of the candidates, most likely first (length n).
@@ -137,7 +137,7 @@ def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_prob
 def entropy_curve_figure(temperatures: Sequence[float], entropy_bits: Sequence[float], *,
                          marker_temperature: float | None = None, marker_entropy: float | None = None,
                          title: str | None = None) -> go.Figure:
-    """Entropy ``H = -Σ p log₂ p`` (bits) of the next-token distribution as T varies (seed 001 §2).
+    """Entropy ``H = -Σ p log₂ p`` (bits) of the next-token distribution as T varies.
 
     The right axis reads the same curve as perplexity ``2^H`` (effective number of candidates).
 

@@ -95,7 +95,7 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     """Static vs continuous batching of a bimodal workload, on slots.
 
     Half the requests produce ``mean·(1 − spread)`` tokens, half ``mean·(1 + spread)``
-    (alternating, so every static batch holds both kinds as in the source text's example).
+    (alternating, so every static batch holds both kinds as in the 4 × 50 + 4 × 400 example).
     Sliders: length spread, batch size, number of requests. Shows both Gantt charts, the
     simulated step counts and the closed form of :func:`labsupport.serving_math.batching_report`.
     """
@@ -199,7 +199,7 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
 
 def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 512, num_requests: int = 200,
                        seed: int = 0) -> W.VBox:
-    """Colocated vs chunked prefill vs disaggregated prefill/decode, on the source text's H100 cost model.
+    """Colocated vs chunked prefill vs disaggregated prefill/decode, on a Llama 3 8B / H100 cost model.
 
     Requests: half with a 256-token prompt, half with ``long_prompt`` tokens, 128 output
     tokens each, Poisson arrivals. Two machines in every case (two colocated replicas, or

@@ -104,7 +104,7 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
         out.outputs = ()
         try:
             new_fig, new_text = compute()
-        except ValueError as err:                 # e.g. an empty prompt: say so, keep the last tree
+        except (TypeError, ValueError) as err:                 # e.g. an empty prompt: say so, keep the last tree
             out.append_stdout(f"⚠ {err}\n")
             return
         show_figure(tree, new_fig)

@@ -35,6 +35,7 @@ from labsupport.sampling import (
     probs_from_logits,
     trace_filters,
 )
+from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
 
 _WIDE = {"description_width": "initial"}
@@ -103,7 +104,7 @@ def _stat(name: str, value: str) -> str:
 
 def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, temperature: float = 1.0,
                       top_n: int = 20, shift: float = 10.0) -> widgets.VBox:
-    """Seed 001 §2 "temperature and distribution", on the real model.
+    """Temperature and distribution, on the real model.
 
     Controls: an editable prompt, a temperature slider (0 = greedy … 3), a button that adds
     ``shift`` to *every* logit and one that resets it. Shows the logits and probabilities of
@@ -125,10 +126,8 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     Raises:
         ValueError: ``top_n`` < 1 or ``temperature`` outside [0, 3].
     """
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
-    if not 0.0 <= temperature <= 3.0:
-        raise ValueError(f"temperature must be in [0, 3] for this panel, got {temperature!r}")
+    check_int("top_n", top_n, 1)
+    check_real("temperature", temperature, 0, 3, hint=" for this panel")
     top_n = min(top_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
     prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
@@ -146,7 +145,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     def update(*_):
         try:
             ids, logits = cache.get(prompt_box.value)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             stats.value = _error_html(err)
             return
         t = float(t_slider.value)
@@ -202,11 +201,13 @@ def _samples_html(texts: list[str], first_ids: list[int], prompt_tail: str, seed
 
 def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  seed: int = 0, max_new_tokens: int = 20, n_samples: int = 20, top_n: int = 15) -> widgets.VBox:
-    """Seed 001 §3 "sampling lab", on the real model.
+    """The sampling lab, on the real model.
 
     Sliders for temperature (0 = greedy), top-k (0 = off), top-p, min-p, repetition penalty θ,
-    the seed and the number of new tokens. Shows the ``top_n`` most likely next tokens after
+    frequency and presence penalties (over the generated tokens; they shape the continuation, not
+    the first token's bars), the seed and the number of new tokens. Shows the ``top_n`` most likely next tokens after
     the prompt, kept (probability actually sampled from) versus cut (with the filter that cut
     them, from ``labsupport.sampling.trace_filters``), a seeded continuation of
     ``max_new_tokens`` tokens with its Σ log₂ p, and a button that draws ``n_samples``
@@ -215,7 +216,8 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
     Args:
         lm: a loaded model.
         prompt: the starting prompt (editable).
-        temperature, top_k, top_p, min_p, repetition_penalty: starting values (validated by
+        temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty:
+            starting values (validated by
             :class:`labsupport.sampling.SamplingParams`).
         seed: starting seed (0–99) of the ``torch.Generator`` used for sampling.
         max_new_tokens: starting continuation length in tokens (1–60).
@@ -230,11 +232,11 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         ValueError: a starting value outside its range.
     """
     SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                   repetition_penalty=repetition_penalty, max_tokens=max_new_tokens)       # validates
+                   repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                   presence_penalty=presence_penalty, max_tokens=max_new_tokens)        # validates
     for name, value, lo, hi in (("seed", seed, 0, 99), ("max_new_tokens", max_new_tokens, 1, 60),
                                 ("n_samples", n_samples, 1, 100), ("top_n", top_n, 1, 100)):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        check_int(name, value, lo, hi)
     top_n = min(top_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
 
@@ -252,6 +254,10 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         "min_p": slider(widgets.FloatSlider, min_p, 0.0, 1.0, 0.05, "min-p (0 = off)", ".2f"),
         "repetition_penalty": slider(widgets.FloatSlider, repetition_penalty, 1.0, 2.0, 0.05,
                                      "repetition penalty θ (1 = off)", ".2f"),
+        "frequency_penalty": slider(widgets.FloatSlider, frequency_penalty, -2.0, 2.0, 0.1,
+                                    "frequency penalty (0 = off)", ".1f"),
+        "presence_penalty": slider(widgets.FloatSlider, presence_penalty, -2.0, 2.0, 0.1,
+                                   "presence penalty (0 = off)", ".1f"),
         "seed": slider(widgets.IntSlider, seed, 0, 99, 1, "seed"),
         "max_new_tokens": slider(widgets.IntSlider, max_new_tokens, 1, 60, 1, "new tokens"),
         "samples": widgets.Button(description=f"{n_samples} samples", icon="random", button_style="info"),
@@ -266,16 +272,18 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         return SamplingParams(temperature=float(c["temperature"].value), top_k=int(c["top_k"].value),
                               top_p=float(c["top_p"].value), min_p=float(c["min_p"].value),
                               repetition_penalty=float(c["repetition_penalty"].value),
+                              frequency_penalty=float(c["frequency_penalty"].value),
+                              presence_penalty=float(c["presence_penalty"].value),
                               max_tokens=int(c["max_new_tokens"].value), seed=int(c["seed"].value))
 
     def update(*_):
         sp = params()
         try:
             ids, logits = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             stats.value, continuation.value = _error_html(err), ""
             return
-        trace = trace_filters(logits, sp, prev_ids=ids)
+        trace = trace_filters(logits, sp, prev_ids=ids, prompt_lens=len(ids))
         top = torch.topk(trace.base_probs, top_n).indices.tolist()
         _refresh(figure, filter_figure(_labels(lm, top), trace.base_probs[top].tolist(),
                                        trace.final_probs[top].tolist(), [trace.reason[i] for i in top]))
@@ -296,7 +304,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         sp = params()
         try:
             ids, _ = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             output.outputs = ()
             output.append_display_data(HTML(_error_html(err)))
             return
@@ -312,10 +320,10 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         else:
             control.observe(update, names="value")
     update()
-    left = widgets.VBox([controls[k] for k in ("temperature", "top_k", "top_p", "min_p")],
+    left = widgets.VBox([controls[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed")],
                         layout=widgets.Layout(width="50%"))
-    right = widgets.VBox([controls[k] for k in ("repetition_penalty", "seed", "max_new_tokens", "samples")],
-                         layout=widgets.Layout(width="50%"))
+    right = widgets.VBox([controls[k] for k in ("repetition_penalty", "frequency_penalty", "presence_penalty",
+                                                "max_new_tokens", "samples")], layout=widgets.Layout(width="50%"))
     box = widgets.VBox([controls["prompt"], widgets.HBox([left, right]), stats, figure, continuation, output])
     box.controls, box.figure, box.update, box.cache = controls, figure, update, cache
     box.samples, box.output, box.stats, box.continuation = samples, output, stats, continuation

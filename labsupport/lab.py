@@ -1,0 +1,75 @@
+"""The first cell of every chapter: seed, thread count, the shipped model, ``show_source``.
+
+Each chapter starts with::
+
+    from labsupport.lab import setup_chapter, show_source
+    lm = setup_chapter()          # seeds 0, one torch thread, loads and describes tiny-gpt2
+
+and shows the real implementation of what it teaches with ``show_source(top_p_filter)``
+(the package's own code, not a teaching copy).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .validation import check_int
+
+#: One torch thread: the shipped 4.5 M-parameter model runs fastest without thread contention,
+#: and the chapters' timings are for one thread like ``python -m labsupport.bench``.
+DEFAULT_THREADS = 1
+
+
+def describe(lm) -> str:
+    """One line about a loaded model: layers, heads, width, parameters, vocabulary, device."""
+    cfg = lm.model.config
+    n_params = sum(p.numel() for p in lm.model.parameters())
+    return (f"{lm.name}: GPT-2 with {cfg.n_layer} layers, {cfg.n_head} heads of {cfg.n_embd // cfg.n_head}, "
+            f"d_model {cfg.n_embd}, {n_params / 1e6:.2f} M parameters ({n_params * 4 / 1e6:.1f} MB in fp32), "
+            f"vocabulary |V| = {cfg.vocab_size:,} tokens, on {lm.device}")
+
+
+def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEFAULT_THREADS,
+                  device: str = "auto", verbose: bool = True):
+    """Seed everything, set torch's thread count, load ``model`` and print what it is.
+
+    Args:
+        model: a shipped name (``"tiny-gpt2"``), a local folder or a Hugging Face id
+            (see :func:`labsupport.models.load_model`).
+        seed: seeds Python's, NumPy's and torch's global generators
+            (:func:`labsupport.seed_everything`).
+        threads: ``torch.set_num_threads(threads)``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"``.
+        verbose: print :func:`describe` of the model.
+
+    Returns:
+        The :class:`~labsupport.models.LoadedModel`.
+
+    Raises:
+        TypeError: ``seed`` or ``threads`` not an integer.
+        ValueError: ``seed`` < 0, ``threads`` < 1, or what :func:`~labsupport.models.load_model` raises.
+    """
+    import torch
+
+    from . import seed_everything
+    from .models import load_model
+
+    check_int("seed", seed, 0)
+    check_int("threads", threads, 1)
+    seed_everything(seed)
+    torch.set_num_threads(threads)
+    lm = load_model(model, device=device)
+    if verbose:
+        print(describe(lm))
+    return lm
+
+
+def show_source(obj: Any):
+    """Display the real implementation of ``obj`` (a function, class or module of the package).
+
+    Returns an ``IPython.display.Code`` object, which Jupyter renders with syntax colours.
+    """
+    from IPython.display import Code
+
+    return Code(inspect.getsource(obj), language="python")

@@ -1,0 +1,129 @@
+"""Panels of the parallelism chapter: the measured pipeline runs, and the cluster cost model.
+
+Thin wiring: sliders → :mod:`labsupport.parallel.cost_model` / measured results →
+:mod:`labsupport.viz.parallel` figures. Each panel draws its first state when built; an error
+in a callback is shown as a red line in the panel, which keeps working.
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+
+from ..parallel import cost_model as cm
+from ..parallel.pipeline import bubble_fraction
+from ..viz.parallel import cluster_figure, pipeline_timeline_figure
+from .beam import show_figure
+
+TP_DEGREES = [1, 2, 4, 8, 16]
+PP_DEGREES = [1, 2, 4, 8]
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+CONTEXTS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 131072]
+
+
+def _error(text: str) -> str:
+    return f"<div style='color:#d62728;font-size:15px'>{html.escape(text)}</div>"
+
+
+def pipeline_panel(runs: dict[int, dict]) -> widgets.VBox:
+    """Step through measured pipeline runs: a micro-batch slider shows that run's timeline.
+
+    Args:
+        runs: ``{m: {"events": per-stage intervals, "bubble": measured fraction}}`` for each measured ``m``.
+
+    Raises:
+        ValueError: no runs.
+    """
+    if not runs:
+        raise ValueError("runs must hold at least one measured pipeline run")
+    ms = sorted(runs)
+    slider = widgets.SelectionSlider(options=ms, value=ms[0], description="micro-batches m",
+                                     style={"description_width": "initial"}, continuous_update=True)
+    text, chart = widgets.HTML(), widgets.Output()
+
+    def redraw(_change=None) -> None:
+        try:
+            m = slider.value
+            run = runs[m]
+            p = len(run["events"])
+            show_figure(chart, pipeline_timeline_figure(run["events"], f"{p} stages, m = {m} micro-batches"))
+            text.value = (f"<div style='font-size:15px'>measured bubble <b>{run['bubble']:.2f}</b> · "
+                          f"GPipe's (p − 1)/(m + p − 1) = {bubble_fraction(p, m):.2f}</div>")
+        except Exception as err:                                # noqa: BLE001 - shown in the panel
+            text.value = _error(f"{type(err).__name__}: {err}")
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([slider, text, chart])
+
+
+def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, interconnect: str = cm.NVLINK.name,
+                  batch: int = 1, context: int = 4096, calibration: dict | None = None) -> widgets.VBox:
+    """Model, TP degree, PP degree, interconnect, batch and context → step time and memory per GPU.
+
+    Args:
+        model: a key of :data:`labsupport.parallel.cost_model.MODELS` (or ``calibration["name"]``).
+        tp, pp: initial degrees (TP in 1, 2, 4, 8, 16; PP in 1, 2, 4, 8).
+        interconnect: a key of :data:`labsupport.parallel.cost_model.LINKS` (the TP link).
+        batch, context: initial decode batch and tokens per request.
+        calibration: optional measured point: ``{"name", "shape", "gpu", "link", "tp", "measured_ms"}``
+            — a model priced with the hardware fitted on this machine, its measured step times
+            drawn as markers.
+
+    Raises:
+        ValueError: a value the sliders do not offer.
+    """
+    models = dict(cm.MODELS)
+    links = dict(cm.LINKS)
+    if calibration:
+        models[calibration["name"]] = calibration["shape"]
+        links[calibration["link"].name] = calibration["link"]
+    for name, value, options in (("model", model, list(models)), ("tp", tp, TP_DEGREES), ("pp", pp, PP_DEGREES),
+                                 ("interconnect", interconnect, list(links)), ("batch", batch, BATCHES),
+                                 ("context", context, CONTEXTS)):
+        if value not in options:
+            raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    model_w = widgets.Dropdown(options=list(models), value=model, description="model")
+    link_w = widgets.Dropdown(options=list(links), value=interconnect, description="TP link",
+                              layout={"width": "340px"})
+    tp_w = widgets.SelectionSlider(options=TP_DEGREES, value=tp, description="TP degree")
+    pp_w = widgets.SelectionSlider(options=PP_DEGREES, value=pp, description="PP degree")
+    batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch")
+    ctx_w = widgets.SelectionSlider(options=CONTEXTS, value=context, description="context")
+    text, chart = widgets.HTML(), widgets.Output()
+
+    def redraw(_change=None) -> None:
+        try:
+            shape = models[model_w.value]
+            calibrated = calibration is not None and model_w.value == calibration["name"]
+            gpu = calibration["gpu"] if calibrated else cm.H100
+            link = links[link_w.value]
+            pp_value = min(pp_w.value, shape.n_layers)
+            rows = [cm.decode_step(shape, t, pp_value, batch_w.value, ctx_w.value, link, gpu,
+                                   weight_dtype="fp32" if calibrated else "bf16",
+                                   kv_dtype="fp32" if calibrated else "fp16",
+                                   **({"inter_node": link, "intra_node": link} if calibrated else {}))
+                    for t in TP_DEGREES if shape.n_heads % t == 0]
+            chosen = next((r for r in rows if r.tp == tp_w.value), None)
+            if chosen is None:
+                raise ValueError(f"TP degree {tp_w.value} does not divide the {shape.n_heads} heads of {shape.name}")
+            marks = ({"tp": calibration["tp"], "measured_ms": calibration["measured_ms"]} if calibrated else None)
+            show_figure(chart, cluster_figure(rows, chosen, f"{shape.name} on {gpu.name}, PP {pp_value}, "
+                                                            f"batch {batch_w.value}, context {ctx_w.value:,}", marks))
+            best = min((r for r in rows if r.fits), key=lambda r: r.total_s, default=None)
+            text.value = (
+                f"<div style='font-size:15px'>{chosen.gpus} GPU(s): step <b>{chosen.total_s * 1e3:.2f} ms</b> "
+                f"(weights {chosen.weights_s * 1e3:.2f}, KV {chosen.kv_s * 1e3:.2f}, TP all-reduce "
+                f"{chosen.tp_comm_s * 1e3:.2f} on {html.escape(chosen.tp_link)}, PP hops {chosen.pp_comm_s * 1e3:.3f}"
+                f" on {html.escape(chosen.pp_link)}) · memory per GPU {chosen.memory_per_gpu / 1e9:.1f} GB — "
+                f"{'fits' if chosen.fits else '<b>does not fit</b>'} · fastest layout that fits at this PP: "
+                f"{'none' if best is None else f'TP {best.tp} ({best.total_s * 1e3:.2f} ms)'}</div>")
+        except Exception as err:                                # noqa: BLE001 - shown in the panel
+            text.value = _error(f"{type(err).__name__}: {err}")
+
+    for control in (model_w, link_w, tp_w, pp_w, batch_w, ctx_w):
+        control.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([model_w, link_w]), widgets.HBox([tp_w, pp_w]),
+                         widgets.HBox([batch_w, ctx_w]), text, chart])
