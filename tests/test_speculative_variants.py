@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from helpers import make_tiny_lm
+
 from labsupport.engine.attention import build_metadata, tree_ancestors
 from labsupport.engine.block_manager import BlockManager
 from labsupport.engine.extend import extend

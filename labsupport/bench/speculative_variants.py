@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -44,7 +45,6 @@ from labsupport.speculative.self_spec import SelfSpecProposer
 from labsupport.speculative.tree import tree_forward
 from labsupport.speculative.variants import VariantEngine
 from labsupport.validation import check_int
-
 
 SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
 
@@ -140,7 +140,7 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
                         parts[m][2] += eng.num_rounds
                     runs[m] = (eng, outs)
             plain_s = statistics.median(times["plain"])
-            plain_eng, plain_outs = runs["plain"]
+            plain_outs = runs["plain"][1]
             t_round = (parts["plain"][0] + parts["plain"][1]) / parts["plain"][2]
             for m in methods:
                 eng, outs = runs[m]
@@ -185,7 +185,7 @@ def print_rows(rows: list[MethodRow]) -> None:
            f"{'c':>5} {'v':>5} {'v_fwd':>5} {'pred':>5} {'meas':>5} {'Δ%':>5} {'params':>7} {'KV kB':>5} {'same':>5}")
     print(hdr + "\n" + "-" * len(hdr))
     for r in rows:
-        a = " ".join("  - " if x != x else f"{x:.2f}" for x in r.alpha_by_position[:3])
+        a = " ".join("  - " if math.isnan(x) else f"{x:.2f}" for x in r.alpha_by_position[:3])
         d = 100 * (r.predicted - r.measured) / r.measured
         print(f"{r.prompt:<10} {r.batch:>5} {r.method:<14} {a:<18} {r.tokens_per_round:>7.2f} {r.nodes_per_round:>5.1f} "
               f"{r.c_round:>5.2f} {r.v:>5.2f} {r.v_forward:>5.2f} {r.predicted:>5.2f} {r.measured:>5.2f} {d:>5.0f} {r.extra_parameters:>7} "

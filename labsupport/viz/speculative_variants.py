@@ -59,16 +59,16 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
     nx = [xy[last][0] + 1] if next_token is not None else []
     ny = [xy[last][1]] if next_token is not None else []
     fig = go.Figure([
-        go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=DISCARDED, width=2), name="candidate edge",
+        go.Scatter(x=ex, y=ey, mode="lines", line={"color": DISCARDED, "width": 2}, name="candidate edge",
                    hoverinfo="skip"),
-        go.Scatter(x=ax, y=ay, mode="lines", line=dict(color=ACCEPTED, width=5), name="accepted path",
+        go.Scatter(x=ax, y=ay, mode="lines", line={"color": ACCEPTED, "width": 5}, name="accepted path",
                    hoverinfo="skip"),
         go.Scatter(x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text", text=text,
-                   textposition="top center", marker=dict(size=16, color=colours, line=dict(width=1, color="#333")),
-                   name="nodes (root purple, accepted green)", textfont=dict(size=FONT_SIZE - 2)),
+                   textposition="top center", marker={"size": 16, "color": colours, "line": {"width": 1, "color": "#333"}},
+                   name="nodes (root purple, accepted green)", textfont={"size": FONT_SIZE - 2}),
         go.Scatter(x=nx, y=ny, mode="markers+text", text=[repr(label(int(next_token)))[1:-1]] if nx else [],
-                   textposition="top center", marker=dict(size=16, color=BONUS, symbol="star"),
-                   name="target's next token", textfont=dict(size=FONT_SIZE - 2)),
+                   textposition="top center", marker={"size": 16, "color": BONUS, "symbol": "star"},
+                   name="target's next token", textfont={"size": FONT_SIZE - 2}),
     ])
     fig.update_xaxes(title="depth (position after the pending token)", dtick=1)
     fig.update_yaxes(visible=False, autorange="reversed")
@@ -81,11 +81,11 @@ def measured_vs_predicted_figure(rows: Sequence, *, band: float = 0.15,
     diagonal and a ±``band`` corridor."""
     hi = max([1.2] + [max(r.predicted, r.measured) for r in rows]) * 1.1
     fig = go.Figure([
-        go.Scatter(x=[0, hi], y=[0, hi], mode="lines", line=dict(color=THEORY, dash="dot"), name="measured = predicted"),
+        go.Scatter(x=[0, hi], y=[0, hi], mode="lines", line={"color": THEORY, "dash": "dot"}, name="measured = predicted"),
         go.Scatter(x=[0, hi, hi, 0], y=[0, hi * (1 + band), hi * (1 - band), 0], fill="toself", mode="none",
                    fillcolor="rgba(31,119,180,0.1)", name=f"±{band:.0%}"),
         go.Scatter(x=[r.predicted for r in rows], y=[r.measured for r in rows], mode="markers",
-                   marker=dict(size=11, color=[MEASURED if r.batch == 1 else THEORY for r in rows]),
+                   marker={"size": 11, "color": [MEASURED if r.batch == 1 else THEORY for r in rows]},
                    text=[f"{r.method} · {r.prompt} · batch {r.batch}" for r in rows], hoverinfo="text+x+y",
                    name="methods (orange: batch 1, blue: batch 8)"),
     ])
@@ -100,8 +100,8 @@ def batch_sweep_figure(speedups: Mapping[int, float], *, method: str = "",
     b = sorted(speedups)
     fig = go.Figure([
         go.Scatter(x=b, y=[speedups[k] for k in b], mode="lines+markers", name=method or "speed-up",
-                   line=dict(color=MEASURED, width=3), marker=dict(size=10)),
-        go.Scatter(x=[b[0], b[-1]], y=[1, 1], mode="lines", line=dict(color="#555", dash="dash"),
+                   line={"color": MEASURED, "width": 3}, marker={"size": 10}),
+        go.Scatter(x=[b[0], b[-1]], y=[1, 1], mode="lines", line={"color": "#555", "dash": "dash"},
                    name="plain decoding (1×)"),
     ])
     fig.update_xaxes(title="batch size (sequences per step)", type="log", tickvals=b)

@@ -110,7 +110,7 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
                           f"<b>{html.escape(prompt)}</b>{html.escape(out.text)}</div>")
             redraw()
             error.value = ""
-        except Exception as err:                       # never throw into the notebook
+        except Exception as err:  # noqa: BLE001 - a panel shows its errors, it never raises
             error.value = f"<span style='color:#d62728'>{html.escape(type(err).__name__ + ': ' + str(err))}</span>"
 
     for k, w in controls.items():
