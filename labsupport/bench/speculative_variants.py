@@ -128,18 +128,20 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
         for batch in batches:
             fwd = forward_costs(target, ids + ids[-1:] * (max_new_tokens // 2), SIZES, batch, repeats=5)
             times = {m: [] for m in methods}
-            parts = {m: [0.0, 0.0, 0] for m in methods}        # drafting s, verifying s, rounds (timed runs)
+            timed = {m: [] for m in methods}                   # (seconds, drafting s, verifying s, rounds) per run
             runs = {}
             for r in range(repeats + 1):                         # the first pass is a warm-up
                 for m, make in methods.items():
                     dt, eng, outs = _run(target, make, [ids] * batch, params, max_new_tokens)
                     if r:
                         times[m].append(dt)
-                        parts[m][0] += eng.draft_seconds
-                        parts[m][1] += eng.target_seconds
-                        parts[m][2] += eng.num_rounds
+                        timed[m].append((dt, eng.draft_seconds, eng.target_seconds, eng.num_rounds))
                     runs[m] = (eng, outs)
-            plain_s = statistics.median(times["plain"])
+            # the parts come from each method's median run, like the measured time (one busy spike
+            # in another run must not enter the prediction and not the measurement)
+            parts = {m: sorted(timed[m])[(len(timed[m]) - 1) // 2][1:] for m in methods}
+            plain_s = sorted(times["plain"])[(len(times["plain"]) - 1) // 2]
+            parts_s = {m: sorted(times[m])[(len(times[m]) - 1) // 2] for m in methods}
             plain_outs = runs["plain"][1]
             t_round = (parts["plain"][0] + parts["plain"][1]) / parts["plain"][2]
             for m in methods:
@@ -154,8 +156,7 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
                 rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
                                       tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,
                                       v_forward=t_nodes / fwd[1],
-                                      predicted=tpr / (c + v), measured=plain_s / statistics.median(times[m]),
-                                      seconds=statistics.median(times[m]), plain_seconds=plain_s,
+                                      predicted=tpr / (c + v), measured=plain_s / parts_s[m], seconds=parts_s[m], plain_seconds=plain_s,
                                       extra_parameters=heads.num_parameters if heads is not None else 0,
                                       tree_kv_bytes=int((nodes - 1) * eng.runner.kv_bytes_per_token),
                                       identical=[o.token_ids for o in outs] == [o.token_ids for o in plain_outs]))
