@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 
 import torch
 
@@ -32,36 +32,13 @@ from .config import EngineConfig
 from .metrics import RequestMetrics
 from .model_runner import ModelRunner
 from .outputs import EngineSnapshot, RequestOutput
+from .request import Request
 from .sampler import sample_rows
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import Sequence as Seq
 from .sequence import SequenceStatus
 
 __all__ = ["EngineConfig", "EngineSnapshot", "LLMEngine", "RequestOutput"]
-
-
-@dataclass
-class _Request:
-    seq: Seq
-    params: SamplingParams
-    prompt: str
-    generator: torch.Generator | None
-    stop_rule: StopRule
-    metrics: RequestMetrics
-    order: int
-    forked: bool = False
-    children: list[str] = field(default_factory=list)     # ids of its forks, in fork order
-    grammar: object = None                                 # compiled structured output, or None
-    grammar_at: tuple[int, int] = (0, 0)                   # (output tokens consumed, grammar state)
-
-    def grammar_state(self) -> int:
-        """The grammar state after the output so far: a cached look-up, replayed from the output
-        tokens whenever they are not the ones last consumed (a fork, a preempted request)."""
-        done, state = self.grammar_at
-        if done != len(self.seq.output_ids):
-            state = self.grammar.state_after(self.seq.output_ids)
-            self.grammar_at = (len(self.seq.output_ids), state)
-        return state
 
 
 class LLMEngine:
@@ -107,7 +84,7 @@ class LLMEngine:
                               eos_ids_of(getattr(model.config, "eos_token_id", None),
                                          getattr(getattr(model, "generation_config", None), "eos_token_id", None)))
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
-        self.requests: dict[str, _Request] = {}
+        self.requests: dict[str, Request] = {}
         self.history: list[EngineSnapshot] = []
         self.step_count = 0
         self._ids = itertools.count()
@@ -169,7 +146,7 @@ class LLMEngine:
         room = self.runner.max_positions - len(ids)               # context window left for new tokens
         max_new = max(1, min(requested, room))
         seq = Seq(request_id, ids, max_new)
-        req = _Request(seq, params, text, self._generator_for(params, 0),
+        req = Request(seq, params, text, self._generator_for(params, 0),
                        StopRule.from_params(params, self.eos_token_ids, max_new),
                        RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
                        grammar=self._grammar(params))
@@ -304,7 +281,7 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r} must be running and decoding to fork, it is {seq.status}")
         return self._fork(req, n)
 
-    def _fork(self, req: _Request, n: int) -> list[str]:
+    def _fork(self, req: Request, n: int) -> list[str]:
         parent, new_ids = req.seq, []
         position = self.scheduler.running.index(parent) + 1
         waiting_at = 0                                                # children that wait go first in line
@@ -324,7 +301,7 @@ class LLMEngine:
                 self.scheduler.waiting.insert(waiting_at, child)
                 waiting_at += 1
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
-            self.requests[child_id] = _Request(child, req.params, req.prompt, self._generator_for(req.params, k),
+            self.requests[child_id] = Request(child, req.params, req.prompt, self._generator_for(req.params, k),
                                                req.stop_rule, metrics, next(self._order), forked=True,
                                                grammar=req.grammar, grammar_at=req.grammar_at)
             req.children.append(child_id)
@@ -374,10 +351,10 @@ class LLMEngine:
             self.history.append(self.snapshot())
         return [self.output(rid) for rid in reported + [r.seq.seq_id for _, r in rows]]
 
-    def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, _Request]]:
+    def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, Request]]:
         """``(logits row, request)`` for every sequence whose prompt is complete; a request with
         ``n > 1`` forks its other samples here, once its prompt is computed (they share its row)."""
-        rows: list[tuple[int, _Request]] = []
+        rows: list[tuple[int, Request]] = []
         for i, s in enumerate(out.scheduled):
             req = self.requests[s.seq.seq_id]
             if req.metrics.first_scheduled_time is None:
@@ -390,7 +367,7 @@ class LLMEngine:
                 rows += [(i, c) for c in children if c.seq.status == SequenceStatus.RUNNING]
         return rows
 
-    def _append_and_finish(self, rows: list[tuple[int, _Request]], tokens: list[int], now: float) -> list[str]:
+    def _append_and_finish(self, rows: list[tuple[int, Request]], tokens: list[int], now: float) -> list[str]:
         finished = []
         for (_, req), token in zip(rows, tokens):
             seq = req.seq
@@ -456,16 +433,5 @@ class LLMEngine:
     # ------------------------------------------------------------------ state for figures
     def snapshot(self) -> EngineSnapshot:
         """The current state (queues, pool, block tables) and the last step's decisions."""
-        bm, sch, out = self.block_manager, self.scheduler, self._last
-        tables = bm.block_tables()
-        return EngineSnapshot(
-            step=self.step_count, time=self.config.clock(), block_size=bm.block_size, num_blocks=bm.num_blocks,
-            block_tables=tables, num_tokens={s: bm.num_tokens(s) for s in tables},
-            num_free_blocks=bm.num_free_blocks, num_evictable_blocks=bm.num_evictable_blocks,
-            num_used_blocks=bm.num_used_blocks, ref_counts=bm.ref_counts(),
-            waiting=[s.seq_id for s in sch.waiting], running=[s.seq_id for s in sch.running],
-            swapped=[s.seq_id for s in sch.swapped],
-            scheduled_tokens={s.seq.seq_id: s.num_tokens for s in out.scheduled},
-            preempted=list(out.preempted), finished=list(self._last_finished),
-            swapped_out=list(out.blocks_to_swap_out), swapped_in=dict(out.blocks_to_swap_in),
-            copied=list(out.blocks_to_copy))
+        return EngineSnapshot.capture(self.block_manager, self.scheduler, self._last, self.step_count,
+                                      self.config.clock(), self._last_finished)
