@@ -33,7 +33,6 @@ from labsupport.parallel.pipeline import (
     measured_bubble,
     stage_layers,
 )
-from labsupport.parallel.quiz import QUESTIONS, check_answers
 from labsupport.parallel.tensor import reference_logits, shard_layer, summarise_tp, tp_generate, weights_from_model
 
 RUN_S = 120
@@ -309,11 +308,3 @@ def test_figures_and_panels_build():
     with pytest.raises(ValueError):
         cluster_panel("no such model")
 
-
-def test_quiz_checker():
-    score, lines = check_answers({i + 1: q.answer for i, q in enumerate(QUESTIONS)})
-    assert score == len(QUESTIONS) and 4 <= score <= 6
-    score, lines = check_answers({1: "a"})
-    assert score == 0 and "✗" in lines[0] and "not answered" in lines[1]
-    with pytest.raises(TypeError):
-        check_answers([1, 2])

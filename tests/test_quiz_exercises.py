@@ -135,3 +135,31 @@ def test_run_check_reports_instead_of_raising():
     assert not r and "ZeroDivisionError" in r.message
     assert run_check(check, lambda x: x * x, name="my_square", quiet=True).message == \
         "✓ my_square agrees with the reference on 3 cases"
+
+
+def test_every_chapter_ends_with_a_labsupport_quiz_and_a_checked_score():
+    """One quiz mechanism: a hidden ``quiz`` cell building ``Quiz`` + ``quiz_panel``, then the score cell nbval compares."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    chapters = sorted((Path(__file__).resolve().parent.parent / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    assert len(chapters) >= 10
+    for path in chapters:
+        cells = nbformat.read(path, as_version=4).cells
+        code = "\n".join(c.source for c in cells if c.cell_type == "code")
+        assert "hashlib" not in code and "labsupport.parallel.quiz" not in code, path.name
+        quiz = [i for i, c in enumerate(cells) if "quiz" in c.metadata.get("tags", [])]
+        assert len(quiz) == 1, f"{path.name}: {len(quiz)} cells tagged quiz"
+        cell = cells[quiz[0]]
+        assert "Quiz(" in cell.source and "quiz_panel(" in cell.source, path.name
+        assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"{path.name}: the quiz's code shows the answers"
+        score = cells[quiz[0] + 1]
+        assert score.source.startswith("# NBVAL_CHECK_OUTPUT") and ".report(" in score.source, path.name
+        text = "".join(o.get("text", "") for o in score.outputs)
+        m = re.search(r"score: (\d+) / (\d+)", text)
+        assert m and m.group(1) == m.group(2) and 4 <= int(m.group(2)) <= 6, f"{path.name}: {text!r}"
+        # exercises report through labsupport.exercises, not a bare try/except around the stub
+        assert "except NotImplementedError" not in code, path.name
+        assert "labsupport.exercises import" in code, path.name
