@@ -98,7 +98,7 @@ def test_fragmentation_lab_refuses_a_block_size_off_its_slider():
 def test_fragmentation_lab_shows_a_block_size_the_workload_cannot_hold_then_recovers():
     box = fragmentation_lab(Workload(memory_tokens=1088, reservation=1050), block_size=4)
     bsize = box.children[0].children[0].children[1]
-    error = box.children[1]
+    error = box.error
     table = box.children[0].children[1].children[1]
     bsize.value = 128                                   # 8 blocks of 128 = 1024 < 1050 tokens
     assert "block_size" in error.value and "#b00020" in error.value

@@ -88,7 +88,9 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
     kv.observe(redraw, "value")
     wt.observe(redraw, "value")
     redraw()
-    return W.VBox([W.HBox([wt, kv]), info, error, fig])
+    box = W.VBox([W.HBox([wt, kv]), info, fig, error])
+    box.error = error
+    return box
 
 
 # ----------------------------------------------------------------------------- static vs continuous
@@ -166,7 +168,9 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     for s in (spread_s, bsz, nreq):
         s.observe(redraw, "value")
     redraw()
-    return W.VBox([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), error, fig])
+    box = W.VBox([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), fig, error])
+    box.error = error
+    return box
 
 
 # ----------------------------------------------------------------------------- goodput
@@ -227,7 +231,9 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
     ttft_s.observe(redraw, "value")
     tpot_s.observe(redraw, "value")
     redraw()
-    return W.VBox([W.HBox([ttft_s, tpot_s]), info, error, W.HBox([scatter, bars])])
+    box = W.VBox([W.HBox([ttft_s, tpot_s]), info, W.HBox([scatter, bars]), error])
+    box.error = error
+    return box
 
 
 # ----------------------------------------------------------------------------- disaggregation
@@ -276,4 +282,6 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
 
     for s in (rate_s, long_s, chunk_s):
         s.observe(redraw, "value")
-    return W.VBox([W.HBox([rate_s, long_s, chunk_s]), error, fig])
+    box = W.VBox([W.HBox([rate_s, long_s, chunk_s]), fig, error])
+    box.error = error
+    return box

@@ -79,7 +79,9 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
 
     for control in (P, n, step_w):
         control.observe(redraw, names="value")
-    return widgets.VBox([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, error, cells, counts])
+    box = widgets.VBox([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts, error])
+    box.error = error
+    return box
 
 
 SEQ_LENS = [2 ** k for k in range(7, 18)]            # 128 … 131,072 tokens
@@ -152,4 +154,7 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
 
     for control in (model, attention, precision, length, batch_w):
         control.observe(redraw, names="value")
-    return widgets.VBox([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, error, chart])
+    box = widgets.VBox([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart,
+                       error])
+    box.error = error
+    return box

@@ -136,7 +136,9 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
     step.layout.width = "380px"
     controls = W.HBox([W.VBox([reservation, bsize, rate], layout=W.Layout(min_width="430px")),
                        W.VBox([W.HBox([play, step]), table])])
-    return W.VBox([controls, error, grid_fig, line_fig])
+    box = W.VBox([controls, grid_fig, line_fig, error])
+    box.error = error
+    return box
 
 
 def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int,
@@ -202,4 +204,6 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
             info.value = describe(frames[k])
 
     slider.observe(redraw, "value")
-    return W.VBox([slider, info, error, out])
+    box = W.VBox([slider, info, out, error])
+    box.error = error
+    return box

@@ -138,7 +138,8 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
         w.observe(update, names="value")
     update()
     box = widgets.VBox([widgets.HBox([controls["alpha"], controls["gamma"]]),
-                        widgets.HBox([controls["c"], controls["s"]]), stats, error, curve, strip])
+                        widgets.HBox([controls["c"], controls["s"]]), stats, curve, strip, error])
+    box.error = error
     box.controls, box.figures, box.stats, box.update = controls, (curve, strip), stats, update
     box.figure = curve
     return box
@@ -210,6 +211,7 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
         w.observe(update, names="value")
     update()
     box = widgets.VBox([controls["proposer"], widgets.HBox([controls["gamma"], controls["temperature"]]),
-                        controls["seed"], stats, error, figure, text])
+                        controls["seed"], stats, figure, text, error])
+    box.error = error
     box.controls, box.figure, box.stats, box.update, box.state = controls, figure, stats, update, state
     return box
