@@ -142,3 +142,19 @@ def test_simulate_batching_jumps_idle_steps_to_the_next_arrival():
 def test_simulate_batching_refuses_an_arrival_beyond_what_it_records():
     with pytest.raises(ValueError, match="arrival_steps"):
         simulate_batching([3], 2, arrival_steps=[10**9])
+
+
+# --- numpy integers pass every integer check ----------------------------------------------
+
+def test_numpy_integers_are_accepted_by_kv_bytes_fork_and_gamma(lm):
+    from labsupport.engine import LLMEngine
+    from labsupport.kv import kv_bytes, preset
+    from labsupport.speculative.engine import SpecDecodeEngine
+
+    shape = preset("Llama 3 8B")
+    assert kv_bytes(shape, np.int64(128), np.int32(2)) == kv_bytes(shape, 128, 2)
+    engine = LLMEngine(lm, block_size=4, num_blocks=32)
+    rid = engine.add_request([5, 6, 7], SamplingParams(temperature=0.0, ignore_eos=True), max_new_tokens=4)
+    engine.step()
+    assert len(engine.fork(rid, np.int64(2))) == 2
+    assert SpecDecodeEngine(lm, lm, gamma=np.int64(2)).gamma == 2
