@@ -41,7 +41,7 @@ import torch
 
 from .generation import _check_length, _prompt_ids
 from .models import LoadedModel, model_forward
-from .validation import check_int, check_real, check_token_ids
+from .validation import check_bool, check_int, check_real, check_token_ids
 
 LN2 = math.log(2)
 
@@ -216,6 +216,9 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
     max_new_tokens = _check_length(lm, len(ids), max_new_tokens)
+    check_bool("ignore_eos", ignore_eos)
+    if eos_token_id is not None:
+        check_int("eos_token_id", eos_token_id, 0, vocab - 1)
     eos = None if ignore_eos else (lm.eos_token_id if eos_token_id is None else int(eos_token_id))
     start = time.perf_counter()
     search = BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, eos)

@@ -60,7 +60,7 @@ def test_beam_explorer_refuses_values_outside_its_sliders(lm, kw, name):
 
 def test_beam_explorer_shows_an_error_then_recovers(lm):
     box = beam_explorer(lm, beam_width=np.int64(2), depth=2)
-    prompt, tree, summary, out = box.children[0].children[0], box.children[1], box.children[2], box.children[3]
+    prompt, summary, out = box.children[0].children[0], box.children[2], box.children[3]
     before = summary.value
     prompt.value = ""                                   # an empty prompt is refused by beam_search
     assert "⚠" in str(out.outputs) and summary.value == before

@@ -14,7 +14,6 @@ from ..serving_math import batching_report
 from ..sim.batching import simulate_batching, spread_lengths
 from ..sim.serving import latency_stats, poisson_requests, simulate
 from ..validation import check_real
-from .common import guarded, panel_int, panel_real
 from ..viz.batching import (
     goodput_bars_figure,
     latency_scatter_figure,
@@ -22,6 +21,7 @@ from ..viz.batching import (
     slot_gantt_figure,
     step_time_figure,
 )
+from .common import guarded, panel_int, panel_real
 
 
 def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:

@@ -21,7 +21,7 @@ from ..generation import generate
 from ..models import LoadedModel
 from ..sampling import GREEDY
 from ..viz.beam import beam_tree_figure, display_text
-from .common import error_html, panel_int, panel_real
+from .common import error_html, panel_int, panel_real, panel_text
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -80,6 +80,7 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
         TypeError / ValueError: a starting value outside its slider's range (B 1–6, depth 1–8,
             α −1 … 3) or ``max_children`` not an integer ≥ 0.
     """
+    panel_text("prompt", prompt)
     panel_int("beam_width", beam_width, 1, 6)
     panel_int("depth", depth, 1, 8)
     panel_real("length_penalty", length_penalty, -1.0, 3.0)

@@ -7,7 +7,7 @@ import functools
 import html
 from collections.abc import Callable
 
-from ..validation import check_int, check_real
+from ..validation import check_int, check_real, is_int
 
 
 def error_html(err: BaseException) -> str:
@@ -41,12 +41,25 @@ def panel_choice(name: str, value, choices) -> object:
     Raises:
         ValueError: not one of ``choices`` (the message lists them).
     """
-    try:
-        ok = value in list(choices)
-    except TypeError:
+    choices = list(choices)
+    try:                                          # same type too: True is not the option 1
+        ok = any(value == c and type(value) is type(c) or (is_int(value) and is_int(c) and value == c)
+                 for c in choices)
+    except (TypeError, ValueError):
         ok = False
     if not ok:
         raise ValueError(f"{name} must be one of the panel's options {list(choices)}, got {value!r}")
+    return value
+
+
+def panel_text(name: str, value) -> str:
+    """A starting text (a prompt box).
+
+    Raises:
+        TypeError: not a ``str``.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {value!r} ({type(value).__name__})")
     return value
 
 

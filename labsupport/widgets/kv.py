@@ -109,12 +109,10 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
     """
     panel_choice("kv_dtype", kv_dtype, kv.DTYPE_BITS)
     shapes = dict(kv.PRESETS, **(extra_presets or {}))
-    if preset not in shapes:
-        raise ValueError(f"preset must be one of {sorted(shapes)}, got {preset!r}")
-    if seq_len not in SEQ_LENS:
-        raise ValueError(f"seq_len must be one of {SEQ_LENS}, got {seq_len!r}")
-    if batch not in BATCHES:
-        raise ValueError(f"batch must be one of {BATCHES}, got {batch!r}")
+    panel_choice("preset", preset, sorted(shapes))
+    panel_choice("seq_len", seq_len, SEQ_LENS)
+    panel_choice("batch", batch, BATCHES)
+    panel_int("width_px", width_px, 200, 4000)
     model = widgets.Dropdown(options=list(shapes), value=preset, description="preset")
     attention = widgets.ToggleButtons(options=list(kv.ATTENTION_KINDS), value=shapes[preset].attention,
                                       description="attention")

@@ -233,6 +233,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
     Raises:
         ValueError: a starting value outside its range.
     """
+    panel_int("max_new_tokens", max_new_tokens, 1, 60)
     SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                    repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                    presence_penalty=presence_penalty, max_tokens=max_new_tokens)        # validates
