@@ -34,7 +34,13 @@ def _valid_values():
     from labsupport.models import load_model
     lm = load_model("tiny-gpt2", device="cpu")
     return {"lm": lm, "target": lm, "draft": lm, "prompt": "Hello", "shape": preset("Llama 3 8B"),
-            "logits": torch.zeros(lm.model.config.vocab_size), "probs": torch.full((4,), 0.25)}
+            "logits": torch.zeros(lm.model.config.vocab_size), "probs": torch.full((4,), 0.25),
+            # data of the figure builders
+            "batches": [1, 2], "step_ms": [1.0, 2.0], "tokens_per_s": [1.0, 1.0], "temperatures": [0.5, 1.0],
+            "entropy_bits": [1.0, 2.0], "rows": {"a": {"TTFT p50": 1.0}}, "title": "t",
+            "states": {"a": ["waiting", "decode"]}, "block_tables": {"a": [0]}, "num_blocks": 4,
+            "labels": ["a"], "throughput": [1.0], "goodput": [1.0], "prompt_len": 4, "new_tokens": 3,
+            "gammas": [1, 2], "tokens_per_round": [1.5, 1.8], "speedup": [1.2, 1.3], "mc": [1.2, 1.3]}
 
 
 def _scalar_kind(annotation) -> str | None:

@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..validation import check_bool, check_int
 from . import checks
 from .paged import FONT, request_colour
 
@@ -43,6 +44,8 @@ def step_time_figure(batches: Sequence[int], step_ms: Sequence[float], tokens_pe
     step_ms = checks.series("step_ms", step_ms, low=0, length=len(batches), length_of="batches")
     tokens_per_s = checks.series("tokens_per_s", tokens_per_s, low=0, length=len(batches), length_of="batches")
     ceiling = checks.optional_real("ceiling", ceiling, low=0)
+    checks.text("title", title)
+    marks = [check_int("marks[i]", m) for m in marks]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("step time (ms)", "throughput (tokens/s)"),
                         horizontal_spacing=0.12)
     fig.add_trace(go.Scatter(x=list(batches), y=list(step_ms), mode="lines", line={"width": 3}, name="t(B)",
@@ -140,6 +143,7 @@ def request_timeline_figure(states: Mapping[Hashable, Sequence[str]], preempted:
     from ..sim.timeline import STATES
 
     checks.mapping("states", states)
+    checks.text("title", title)
     widths = {len(row) for row in states.values()}
     if len(widths) > 1:
         raise ValueError(f"states must give every request a state per step (rows of one length), got lengths {sorted(widths)}")
@@ -227,6 +231,8 @@ def goodput_bars_figure(labels: Sequence[str], throughput: Sequence[float], good
     Raises:
         TypeError / ValueError: a value not finite or negative, columns of different lengths.
     """
+    checks.text("unit", unit)
+    checks.text("title", title)
     labels = [str(x) for x in labels]
     throughput = checks.series("throughput", throughput, low=0, length=len(labels), length_of="labels")
     goodput = checks.series("goodput", goodput, low=0, length=len(labels), length_of="labels")
@@ -257,6 +263,8 @@ def latency_summary_figure(rows: Mapping[str, Mapping[str, float]], title: str, 
             value that is NaN, infinite or negative (or not > 0 on a log axis).
     """
     checks.mapping("rows", rows)
+    checks.text("title", title)
+    check_bool("log_y", log_y)
     names = list(rows)
     stats = list(checks.mapping(f"rows[{names[0]!r}]", rows[names[0]]))
     for name in names:

@@ -66,3 +66,17 @@ def optional_real(name: str, value, low: float | None = None) -> float | None:
 
 def _type_error(name: str, value):
     raise TypeError(f"{name} must be a number or None, got {value!r} ({type(value).__name__})")
+
+
+def text(name: str, value, *, optional: bool = False) -> str | None:
+    """``value`` if it is a ``str`` (or ``None`` when ``optional``).
+
+    Raises:
+        TypeError: anything else.
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str{' or None' if optional else ''}, got {value!r} "
+                        f"({type(value).__name__})")
+    return value

@@ -183,6 +183,10 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
     """
     check_int("num_blocks", num_blocks, 1)
     check_int("columns", columns, 1)
+    if block_size is not None:
+        check_int("block_size", block_size, 1)
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {title!r} ({type(title).__name__})")
     if not isinstance(block_tables, Mapping):
         raise TypeError(f"block_tables must map request ids to block ids, got {type(block_tables).__name__}")
     for rid, table in block_tables.items():
