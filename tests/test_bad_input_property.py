@@ -128,7 +128,6 @@ def _call(case):
     pytest.fail(f"{qual}({name}={bad!r}) accepted an invalid value")
 
 
-@pytest.mark.slow
 @settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from([c for c in CASES if c[0] not in EXEMPT and (c[0], c[3]) not in KNOWN_GAPS]))
 def test_invalid_scalar_values_raise_errors_naming_the_parameter(case):
