@@ -138,14 +138,24 @@ def next_token_logits(lm: LoadedModel, prompt: str | Sequence[int]) -> torch.Ten
 
 
 def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, token: int,
-            params: SamplingParams, prev: list[int], prompt_len: int, rule: StopRule, top_n: int) -> StepRecord:
+            params: SamplingParams, prev: list[int], prompt_len: int, rule: StopRule, top_n: int,
+            allowed: torch.Tensor | None = None) -> StepRecord:
     raw = torch.softmax(logits.float(), dim=-1)
-    final = probs_from_logits(logits.unsqueeze(0), params, [prev], prompt_lens=prompt_len, end_ids=rule.end_ids)[0]
+    final = probs_from_logits(logits.unsqueeze(0), params, [prev], prompt_lens=prompt_len, end_ids=rule.end_ids,
+                              allowed=allowed)[0]
     top = torch.topk(raw, min(top_n, raw.shape[-1]))
     return StepRecord(step=step, position=position, token_id=token, token=lm.token_str(token),
                       prob=float(final[token]), logprob=float(torch.log(raw[token].clamp_min(1e-45))),
                       top_ids=top.indices.tolist(), top_probs=top.values.tolist(),
                       num_kept=int((final > 0).sum()), entropy_bits=float(entropy_bits(raw)))
+
+
+def _grammar(lm: LoadedModel, params: SamplingParams):
+    """The compiled structured-output grammar of ``params`` for ``lm`` (cached), or None."""
+    if params.structured_output is None:
+        return None
+    from .structured import for_model
+    return for_model(params.structured_output, lm)
 
 
 @torch.no_grad()
@@ -168,6 +178,9 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     Returns:
         A :class:`GenerationResult`; ``text`` is the new text only, cut before a stop string.
         One call makes one sample: ``params.n`` is ignored (``LLMEngine`` makes ``n``).
+        With ``params.structured_output`` every token is masked by the grammar (after the
+        penalties, before temperature); the output ends with EOS once complete, or is cut by
+        ``max_new_tokens`` (then it is a valid but incomplete prefix).
 
     Raises:
         ValueError: empty prompt, ids outside the vocabulary, a length beyond the model's
@@ -182,6 +195,8 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     rule = StopRule.from_params(params, lm.eos_token_ids, max_new)
+    grammar = _grammar(lm, params)
+    state = 0 if grammar is None else grammar.initial_state()
     seq = list(ids)
     new: list[int] = []
     steps: list[StepRecord] = []
@@ -199,10 +214,13 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
         forwards += inp.shape[1]
         calls += 1
         last = logits[0, -1].float()                                     # (vocab,)
+        allowed = None if grammar is None else grammar.allowed_token_mask(state)
         token = int(sample(last.unsqueeze(0), params, generator, [seq], prompt_lens=len(ids),
-                           end_ids=rule.end_ids)[0])
+                           end_ids=rule.end_ids, allowed=allowed)[0])
         if record:
-            steps.append(_record(lm, step, len(seq), last, token, params, seq, len(ids), rule, top_n))
+            steps.append(_record(lm, step, len(seq), last, token, params, seq, len(ids), rule, top_n, allowed))
+        if grammar is not None:
+            state = grammar.advance(state, token)
         seq.append(token)
         new.append(token)
         finish = rule.check(new, lm.decode)
@@ -258,6 +276,8 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
+    grammar = _grammar(lm, params)
+    states = [0] * len(rows)                             # grammar state per row
     ids, mask, pos = left_pad(rows, pad, lm.device)
     seqs = [list(r) for r in rows]
     new: list[list[int]] = [[] for _ in rows]
@@ -269,11 +289,14 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     while not all(finish):
         logits, cache = model_forward(lm.model, inp, cache, attention_mask=mask, position_ids=positions)
         forwards += inp.numel()
+        allowed = None if grammar is None else torch.stack([grammar.allowed_token_mask(s) for s in states])
         tokens = sample(logits[:, -1].float(), params, generator, seqs, prompt_lens=[len(r) for r in rows],
-                        end_ids=rules[0].end_ids)
+                        end_ids=rules[0].end_ids, allowed=allowed)
         for b, tok in enumerate(tokens.tolist()):
             if finish[b]:
                 continue
+            if grammar is not None:
+                states[b] = grammar.advance(states[b], tok)
             seqs[b].append(tok)
             new[b].append(tok)
             finish[b] = rules[b].check(new[b], lm.decode)

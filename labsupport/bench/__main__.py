@@ -1,7 +1,7 @@
 """``python -m labsupport.bench NAME [args]``: run one benchmark (or ``all``).
 
 Each NAME maps to a module ``labsupport.bench.<module>`` with ``main(argv) -> int``:
-``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``.
+``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``, ``structured`` → ``structured``.
 ``all`` runs every one that exists, with default arguments.
 """
 

@@ -75,6 +75,11 @@ class BlockPool:
 
     Raises:
         TypeError / ValueError: ``num_blocks`` not an integer ≥ 1.
+
+    Attributes:
+        on_evict: ``None``, or a callable given each registered block just before eviction
+            reuses it (its ``hash``, ``parent_hash``, ``token_ids`` and KV data still intact);
+            KV tiers (:mod:`labsupport.serving.tiers`) copy it to a lower tier there.
     """
 
     def __init__(self, num_blocks: int, hash_fn: Callable[[int | None, Sequence[int]], int] = block_hash):
@@ -85,6 +90,7 @@ class BlockPool:
         self._evictable: OrderedDict[int, None] = OrderedDict()    # LRU order: oldest first
         self._hash_index: dict[int, int] = {}                       # prefix key -> physical block id
         self.num_evictions = 0
+        self.on_evict: Callable[[Block], None] | None = None       # KV tiering: demote before the data goes
 
     # ------------------------------------------------------------------ counts
     @property
@@ -123,6 +129,8 @@ class BlockPool:
         elif self._evictable:
             block_id, _ = self._evictable.popitem(last=False)
             block = self.blocks[block_id]
+            if self.on_evict is not None:                           # a lower tier may keep a copy
+                self.on_evict(block)
             if self._hash_index.get(block.hash) == block_id:
                 del self._hash_index[block.hash]                    # evicted data can never be hit again
             block.reset()

@@ -20,37 +20,25 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 
 import torch
 
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule, eos_ids_of
 from ..validation import check_int, check_token_ids, check_type, is_int, is_real
-from .block_manager import BlockManager
+from .block_manager import BlockManager, NoFreeBlocksError
 from .config import EngineConfig
 from .metrics import RequestMetrics
 from .model_runner import ModelRunner
 from .outputs import EngineSnapshot, RequestOutput
+from .request import Request
 from .sampler import sample_rows
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import Sequence as Seq
 from .sequence import SequenceStatus
 
 __all__ = ["EngineConfig", "EngineSnapshot", "LLMEngine", "RequestOutput"]
-
-
-@dataclass
-class _Request:
-    seq: Seq
-    params: SamplingParams
-    prompt: str
-    generator: torch.Generator | None
-    stop_rule: StopRule
-    metrics: RequestMetrics
-    order: int
-    forked: bool = False
-    children: list[str] = field(default_factory=list)     # ids of its forks, in fork order
 
 
 class LLMEngine:
@@ -69,6 +57,9 @@ class LLMEngine:
         block_manager, scheduler, runner: the three parts (``runner`` is the :class:`ModelRunner`).
         eos_token_ids: every end-of-sequence id of the model (tokenizer and generation config).
         history: one :class:`EngineSnapshot` per step when ``record_history`` is on.
+        kv_connector: ``None``, or an object whose ``request_finished(engine, seq, block_ids)`` is
+            called when a request finishes, before its blocks are freed (disaggregated serving:
+            :class:`~labsupport.serving.kv_transfer.KVConnector` ships the prompt's KV there).
     """
 
     def __init__(self, lm, config: EngineConfig | None = None, **overrides):
@@ -93,7 +84,7 @@ class LLMEngine:
                               eos_ids_of(getattr(model.config, "eos_token_id", None),
                                          getattr(getattr(model, "generation_config", None), "eos_token_id", None)))
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
-        self.requests: dict[str, _Request] = {}
+        self.requests: dict[str, Request] = {}
         self.history: list[EngineSnapshot] = []
         self.step_count = 0
         self._ids = itertools.count()
@@ -101,6 +92,7 @@ class LLMEngine:
         self._reported: list[str] = []           # finished outside a step (error, abort), not yet reported
         self._last: SchedulerOutput = SchedulerOutput()
         self._last_finished: list[str] = []
+        self.kv_connector = None                 # KV transfer hook: see _append_and_finish
 
     @property
     def eos_token_id(self) -> int | None:
@@ -154,9 +146,10 @@ class LLMEngine:
         room = self.runner.max_positions - len(ids)               # context window left for new tokens
         max_new = max(1, min(requested, room))
         seq = Seq(request_id, ids, max_new)
-        req = _Request(seq, params, text, self._generator_for(params, 0),
+        req = Request(seq, params, text, self._generator_for(params, 0),
                        StopRule.from_params(params, self.eos_token_ids, max_new),
-                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order))
+                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
+                       grammar=self._grammar(params))
         self.requests[request_id] = req
         problem = None
         if room < 1:
@@ -170,6 +163,52 @@ class LLMEngine:
         else:
             self.scheduler.add(seq)
         return request_id
+
+    def add_prefilled_request(self, prompt_ids: Sequence[int], first_token: int, kv: torch.Tensor,
+                              params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
+                              request_id: str | None = None, arrival_time: float | None = None,
+                              first_token_time: float | None = None) -> str:
+        """Admit a request another engine has prefilled (disaggregated serving, Zhong et al. 2024):
+        its prompt's K/V are written into fresh blocks, ``first_token`` is its first output token,
+        and it joins the running queue to decode. Prompt blocks this engine already caches
+        (prefix caching) are reused and not overwritten.
+
+        Args:
+            prompt_ids: the prompt's token ids.
+            first_token: the token the prefill engine sampled.
+            kv: ``(num_layers, 2, len(prompt_ids), num_heads, head_dim)`` K/V of every prompt token.
+            params, max_new_tokens, request_id, arrival_time: as :meth:`add_request`.
+            first_token_time: when the first token was made (clock of this engine); default now.
+
+        Raises:
+            TypeError / ValueError: as :meth:`add_request`; a ``kv`` of the wrong shape.
+            NoFreeBlocksError: no room now (``max_num_seqs`` running or too few blocks); nothing changes.
+        """
+        ids = check_token_ids("prompt_ids", prompt_ids, self.runner.vocab_size)
+        first = check_token_ids("first_token", [first_token], self.runner.vocab_size)[0]
+        r, bm = self.runner, self.block_manager
+        expected = (r.num_layers, 2, len(ids), r.num_heads, r.head_dim)
+        if not isinstance(kv, torch.Tensor) or tuple(kv.shape) != expected:
+            raise ValueError(f"kv must be a tensor of shape {expected}, got {getattr(kv, 'shape', type(kv).__name__)}")
+        if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
+            raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
+        rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
+        req = self.requests[rid]
+        seq = req.seq
+        if seq.is_finished:                                       # could never fit: finished with "error"
+            return rid
+        self.scheduler.waiting.remove(seq)
+        cached = bm.allocate(rid, ids)
+        r.write_kv(bm.block_table(rid), kv[:, :, cached:], start=cached)
+        bm.mark_computed(rid, len(ids))
+        seq.num_prefix_hit_tokens, seq.num_computed_tokens = cached, len(ids)
+        seq.status = SequenceStatus.RUNNING
+        self.scheduler.running.append(seq)
+        now = self.config.clock() if first_token_time is None else first_token_time
+        req.metrics.first_scheduled_time = now
+        if self._append_and_finish([(0, req)], [first], now):
+            self._reported.append(rid)
+        return rid
 
     def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
         """Cancel requests in any state (waiting, running, mid chunked prefill, swapped out, a fork
@@ -198,6 +237,20 @@ class LLMEngine:
             req.metrics.finish_time = now
             outs.append(self.output(rid))
         return outs
+
+    def _grammar(self, params: SamplingParams):
+        """The compiled grammar of ``params.structured_output`` (cached per tokenizer and spec), or None.
+
+        Raises:
+            ValueError: structured output without a tokenizer.
+        """
+        if params.structured_output is None:
+            return None
+        if self.tokenizer is None:
+            raise ValueError("structured_output needs a tokenizer (the engine was given a bare model)")
+        from ..structured import compile_structured_output
+        return compile_structured_output(params.structured_output, self.tokenizer, vocab_size=self.runner.vocab_size,
+                                         eos_token_id=self.eos_token_id, device=self.runner.device)
 
     def _generator_for(self, params: SamplingParams, k: int) -> torch.Generator | None:
         if params.greedy:
@@ -228,7 +281,7 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r} must be running and decoding to fork, it is {seq.status}")
         return self._fork(req, n)
 
-    def _fork(self, req: _Request, n: int) -> list[str]:
+    def _fork(self, req: Request, n: int) -> list[str]:
         parent, new_ids = req.seq, []
         position = self.scheduler.running.index(parent) + 1
         waiting_at = 0                                                # children that wait go first in line
@@ -248,8 +301,9 @@ class LLMEngine:
                 self.scheduler.waiting.insert(waiting_at, child)
                 waiting_at += 1
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
-            self.requests[child_id] = _Request(child, req.params, req.prompt, self._generator_for(req.params, k),
-                                               req.stop_rule, metrics, next(self._order), forked=True)
+            self.requests[child_id] = Request(child, req.params, req.prompt, self._generator_for(req.params, k),
+                                               req.stop_rule, metrics, next(self._order), forked=True,
+                                               grammar=req.grammar, grammar_at=req.grammar_at)
             req.children.append(child_id)
             new_ids.append(child_id)
         req.forked = True
@@ -284,8 +338,10 @@ class LLMEngine:
         self.scheduler.on_step_done(out)
         now = self.config.clock()
         rows = self._rows_to_sample(out, now)                                  # 4. sample
+        masks = [r.grammar.allowed_token_mask(r.grammar_state()) if r.grammar is not None else None
+                 for _, r in rows]                                     # structured output: per-request masks
         tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
-                                       r.stop_rule.end_ids) for i, r in rows])
+                                       r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
             self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions
@@ -295,10 +351,10 @@ class LLMEngine:
             self.history.append(self.snapshot())
         return [self.output(rid) for rid in reported + [r.seq.seq_id for _, r in rows]]
 
-    def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, _Request]]:
+    def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, Request]]:
         """``(logits row, request)`` for every sequence whose prompt is complete; a request with
         ``n > 1`` forks its other samples here, once its prompt is computed (they share its row)."""
-        rows: list[tuple[int, _Request]] = []
+        rows: list[tuple[int, Request]] = []
         for i, s in enumerate(out.scheduled):
             req = self.requests[s.seq.seq_id]
             if req.metrics.first_scheduled_time is None:
@@ -311,16 +367,20 @@ class LLMEngine:
                 rows += [(i, c) for c in children if c.seq.status == SequenceStatus.RUNNING]
         return rows
 
-    def _append_and_finish(self, rows: list[tuple[int, _Request]], tokens: list[int], now: float) -> list[str]:
+    def _append_and_finish(self, rows: list[tuple[int, Request]], tokens: list[int], now: float) -> list[str]:
         finished = []
         for (_, req), token in zip(rows, tokens):
             seq = req.seq
+            if req.grammar is not None:                                # advance before appending
+                req.grammar_at = (len(seq.output_ids) + 1, req.grammar.advance(req.grammar_state(), token))
             seq.output_ids.append(token)
             req.metrics.token_times.append(now)
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
             reason = req.stop_rule.check(seq.output_ids, self.tokenizer.decode if self.tokenizer else None)
             if reason is not None:
+                if self.kv_connector is not None:             # e.g. ship the KV to a decode engine first
+                    self.kv_connector.request_finished(self, seq, self.block_manager.block_table(seq.seq_id))
                 self.scheduler.finish(seq, reason)
                 req.metrics.finish_time = now
                 finished.append(seq.seq_id)
@@ -373,16 +433,5 @@ class LLMEngine:
     # ------------------------------------------------------------------ state for figures
     def snapshot(self) -> EngineSnapshot:
         """The current state (queues, pool, block tables) and the last step's decisions."""
-        bm, sch, out = self.block_manager, self.scheduler, self._last
-        tables = bm.block_tables()
-        return EngineSnapshot(
-            step=self.step_count, time=self.config.clock(), block_size=bm.block_size, num_blocks=bm.num_blocks,
-            block_tables=tables, num_tokens={s: bm.num_tokens(s) for s in tables},
-            num_free_blocks=bm.num_free_blocks, num_evictable_blocks=bm.num_evictable_blocks,
-            num_used_blocks=bm.num_used_blocks, ref_counts=bm.ref_counts(),
-            waiting=[s.seq_id for s in sch.waiting], running=[s.seq_id for s in sch.running],
-            swapped=[s.seq_id for s in sch.swapped],
-            scheduled_tokens={s.seq.seq_id: s.num_tokens for s in out.scheduled},
-            preempted=list(out.preempted), finished=list(self._last_finished),
-            swapped_out=list(out.blocks_to_swap_out), swapped_in=dict(out.blocks_to_swap_in),
-            copied=list(out.blocks_to_copy))
+        return EngineSnapshot.capture(self.block_manager, self.scheduler, self._last, self.step_count,
+                                      self.config.clock(), self._last_finished)

@@ -60,6 +60,11 @@ class ModelRunner:
 
     Raises:
         ValueError: not a GPT-2-family model, or sizes < 1.
+
+    Attributes:
+        layer_hook: ``None``, or ``hook(layer_index, meta)`` called in every forward right after
+            a layer's new K/V are written (vLLM's ``save_kv_layer`` point: a KV connector can
+            stream that layer while the next ones compute).
     """
 
     def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
@@ -96,6 +101,7 @@ class ModelRunner:
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=self.dtype, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
+        self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
         self.num_forwards = 0
         self.num_token_forwards = 0
 
@@ -158,6 +164,8 @@ class ModelRunner:
             qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])                # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
             a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale)    # (N, E)
+            if self.layer_hook is not None:                                      # layer i's K/V are written
+                self.layer_hook(i, meta)
             x = x + torch.addmm(layer.attn_proj[1], a, layer.attn_proj[0])
             h = F.layer_norm(x, (e,), *layer.ln_2, eps=self.eps)
             h = layer.act(torch.addmm(layer.c_fc[1], h, layer.c_fc[0]))           # (N, 4E)
@@ -221,6 +229,42 @@ class ModelRunner:
         src = torch.tensor(list(mapping.keys()))
         dst = torch.tensor(list(mapping.values()), device=self.device)
         self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
+
+    # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
+    def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
+        pos = torch.arange(start, start + num_tokens)
+        if num_tokens and (start < 0 or -(-(start + num_tokens) // self.block_size) > len(block_table)):
+            raise ValueError(f"block table of {len(block_table)} blocks holds no slots for positions "
+                             f"{start}..{start + num_tokens - 1}")
+        table = torch.tensor(list(block_table), dtype=torch.long)
+        return (table[pos // self.block_size] * self.block_size + pos % self.block_size).to(self.device)
+
+    @torch.inference_mode()
+    def read_kv(self, block_table: Sequence[int], num_tokens: int, start: int = 0) -> torch.Tensor:
+        """K and V of positions ``start … start+num_tokens-1`` of a sequence, every layer, gathered
+        from its blocks: ``(num_layers, 2, num_tokens, num_heads, head_dim)`` (a copy).
+
+        Raises:
+            ValueError: the block table has no slot for one of the positions.
+        """
+        slots = self._slots(block_table, start, num_tokens)
+        flat = self.kv_cache.flatten(2, 3)                                   # (L, 2, NB·bs, H, D)
+        return flat.index_select(2, slots).clone()
+
+    @torch.inference_mode()
+    def write_kv(self, block_table: Sequence[int], kv: torch.Tensor, start: int = 0) -> None:
+        """Write ``kv`` ``(num_layers, 2, n, num_heads, head_dim)`` into the slots of positions
+        ``start … start+n-1`` of a sequence (KV received from another engine or a lower tier).
+
+        Raises:
+            ValueError: a tensor of another shape, or a block table too short.
+        """
+        expected = (self.num_layers, 2, self.num_heads, self.head_dim)
+        if kv.dim() != 5 or (kv.shape[0], kv.shape[1], kv.shape[3], kv.shape[4]) != expected:
+            raise ValueError(f"kv must have shape (num_layers, 2, n, num_heads, head_dim) = "
+                             f"({expected[0]}, 2, n, {expected[2]}, {expected[3]}), got {tuple(kv.shape)}")
+        slots = self._slots(block_table, start, kv.shape[2])
+        self.kv_cache.flatten(2, 3).index_copy_(2, slots, kv.to(self.device, self.dtype))
 
     # ------------------------------------------------------------------ hook (speculative decoding)
     def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],

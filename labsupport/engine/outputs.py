@@ -92,3 +92,18 @@ class EngineSnapshot:
     @property
     def num_batched_tokens(self) -> int:
         return sum(self.scheduled_tokens.values())
+
+    @classmethod
+    def capture(cls, bm, scheduler, out, step: int, now: float, finished: list[str]) -> EngineSnapshot:
+        """The snapshot of a block manager and scheduler after a step whose decisions were ``out``."""
+        tables = bm.block_tables()
+        return cls(step=step, time=now, block_size=bm.block_size, num_blocks=bm.num_blocks,
+                   block_tables=tables, num_tokens={s: bm.num_tokens(s) for s in tables},
+                   num_free_blocks=bm.num_free_blocks, num_evictable_blocks=bm.num_evictable_blocks,
+                   num_used_blocks=bm.num_used_blocks, ref_counts=bm.ref_counts(),
+                   waiting=[s.seq_id for s in scheduler.waiting], running=[s.seq_id for s in scheduler.running],
+                   swapped=[s.seq_id for s in scheduler.swapped],
+                   scheduled_tokens={s.seq.seq_id: s.num_tokens for s in out.scheduled},
+                   preempted=list(out.preempted), finished=list(finished),
+                   swapped_out=list(out.blocks_to_swap_out), swapped_in=dict(out.blocks_to_swap_in),
+                   copied=list(out.blocks_to_copy))

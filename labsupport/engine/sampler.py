@@ -10,8 +10,8 @@ from ..sampling import SamplingParams, sample
 
 
 def sample_rows(logits: torch.Tensor,
-                rows: Sequence[tuple[int, SamplingParams, torch.Generator | None, list[int], int, frozenset[int]]]
-                ) -> list[int]:
+                rows: Sequence[tuple[int, SamplingParams, torch.Generator | None, list[int], int, frozenset[int]]],
+                allowed: Sequence[torch.Tensor | None] | None = None) -> list[int]:
     """One token per row: every plain-greedy row in one arg-max, and the rows that share the same
     settings and the same generator in one :func:`~labsupport.sampling.sample` call.
 
@@ -20,17 +20,29 @@ def sample_rows(logits: torch.Tensor,
         rows: ``(logits row, params, generator, token ids so far, prompt length, end ids)`` for
             each sequence to sample (several entries may read the same row: the samples of a
             request with ``n > 1``); prompt length and end ids serve the penalties and ``min_tokens``.
+        allowed: per entry of ``rows``, a ``(vocab,)`` bool grammar mask or ``None``
+            (structured output); all masks of the step are applied in one masked fill.
 
     Returns:
         the token ids, in the order of ``rows``.
     """
+    index = [r[0] for r in rows]                       # which logits row each entry reads
+    if allowed is not None and any(m is not None for m in allowed):
+        from ..structured import apply_structured_mask
+        logits = logits[index]                         # one row per entry: each has its own mask
+        mask = torch.ones_like(logits, dtype=torch.bool)
+        for j, m in enumerate(allowed):
+            if m is not None:
+                mask[j] = m
+        logits = apply_structured_mask(logits, mask)
+        index = list(range(len(rows)))
     tokens = [0] * len(rows)
     groups: dict[tuple, list[int]] = {}
     for j, (_, params, generator, _, _, end_ids) in enumerate(rows):
         key = ("greedy",) if params.is_plain_greedy else (params, id(generator), end_ids)
         groups.setdefault(key, []).append(j)
     for key, members in groups.items():
-        picked = logits[[rows[j][0] for j in members]]
+        picked = logits[[index[j] for j in members]]
         if key == ("greedy",):
             ids = picked.argmax(dim=-1).tolist()
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 
 from ..validation import check_bool, check_int, check_real
@@ -31,6 +32,11 @@ class SamplingParams:
         n: number of samples per prompt (parallel sampling; the engine shares their prompt blocks).
         seed: seed of this request's own ``torch.Generator`` in [0, 2**63) (``None`` = caller's
             generator); the engine seeds sample k of ``n`` with ``seed + k``.
+        structured_output: constrain the output to a grammar (vLLM's structured outputs):
+            ``{"json": schema}`` (or a bare JSON Schema dict), ``{"regex": pattern}`` or
+            ``{"choice": [text, ...]}``; see :mod:`labsupport.structured`. Checked here,
+            compiled on first use and cached per (tokenizer, spec). Not with ``ignore_eos``
+            or ``min_tokens`` (the grammar decides when EOS may come).
 
     Numbers may be Python or numpy scalars (stored as ``int`` / ``float``); ``stop`` may be one
     string, a list of strings or ``None``.
@@ -54,6 +60,7 @@ class SamplingParams:
     ignore_eos: bool = False
     n: int = 1
     seed: int | None = None
+    structured_output: dict | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         check_real("temperature", self.temperature, 0, hint=" (0 = greedy)")
@@ -87,6 +94,14 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", ids)
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
+        if self.structured_output is not None:
+            from ..structured import normalize_spec  # lazy: structured builds on sampling
+            normalize_spec(self.structured_output)
+            for name in ("ignore_eos", "min_tokens"):
+                if getattr(self, name):
+                    raise ValueError(f"structured_output cannot be combined with {name}={getattr(self, name)!r} "
+                                     "(the grammar ends the output with EOS once it is complete)")
+            object.__setattr__(self, "structured_output", copy.deepcopy(self.structured_output))
 
     @property
     def greedy(self) -> bool:

@@ -2,8 +2,8 @@
 
 The order is the one of Hugging Face ``generate`` and vLLM's sampler::
 
-    penalties (repetition, frequency, presence) → min_tokens mask → temperature
-    → top-k → top-p → min-p → renormalise → sample
+    penalties (repetition, frequency, presence) → min_tokens mask → grammar mask
+    → temperature → top-k → top-p → min-p → renormalise → sample
 
 so top-p and min-p see the *temperature-scaled* distribution. Temperature 0 means greedy:
 the arg-max of the penalised, masked logits, with no division at all.
@@ -54,9 +54,11 @@ def _output_rows(prev_ids: History, prompt_lens: int | Sequence[int] | None, bat
 
 
 def penalise(logits: torch.Tensor, params: SamplingParams, prev_ids: History = None,
-             prompt_lens: int | Sequence[int] | None = None, end_ids: Iterable[int] = ()) -> torch.Tensor:
+             prompt_lens: int | Sequence[int] | None = None, end_ids: Iterable[int] = (),
+             allowed: torch.Tensor | None = None) -> torch.Tensor:
     """The steps before temperature: repetition penalty (prompt + output), frequency and presence
-    penalties (output only), and the ``min_tokens`` mask on ``end_ids``.
+    penalties (output only), the ``min_tokens`` mask on ``end_ids``, and the structured-output
+    grammar mask ``allowed`` (bool ``(batch, vocab)`` or ``(vocab,)``: False → ``-inf``).
 
     Raises:
         ValueError: an output-based setting without ``prompt_lens``.
@@ -71,11 +73,15 @@ def penalise(logits: torch.Tensor, params: SamplingParams, prev_ids: History = N
         z = apply_frequency_presence_penalty(z, outputs, params.frequency_penalty, params.presence_penalty)
         if params.min_tokens > 0:
             z = mask_end_ids(z, end_ids, [len(o) < params.min_tokens for o in outputs])
+    if allowed is not None:
+        from ..structured.logits import apply_structured_mask  # lazy: structured builds on sampling
+        z = apply_structured_mask(z, allowed)
     return z
 
 
 def process_logits(logits: torch.Tensor, params: SamplingParams, prev_ids: History = None, *,
-                   prompt_lens: int | Sequence[int] | None = None, end_ids: Iterable[int] = ()) -> torch.Tensor:
+                   prompt_lens: int | Sequence[int] | None = None, end_ids: Iterable[int] = (),
+                   allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Apply the whole pipeline (module docstring).
 
     Args:
@@ -84,12 +90,13 @@ def process_logits(logits: torch.Tensor, params: SamplingParams, prev_ids: Histo
         prev_ids: ids already in each sequence (prompt + output), for the penalties.
         prompt_lens: where each row's output starts in ``prev_ids`` (one int for all rows).
         end_ids: EOS / stop ids that ``min_tokens`` holds back.
+        allowed: optional grammar mask (structured output), applied before temperature.
 
     Returns:
         float32 logits of the same shape; removed candidates are ``-inf``. With
         temperature 0 everything but the arg-max is removed (greedy).
     """
-    z = penalise(logits, params, prev_ids, prompt_lens, end_ids)
+    z = penalise(logits, params, prev_ids, prompt_lens, end_ids, allowed)
     if params.greedy:
         best = z.argmax(dim=-1, keepdim=True)
         out = torch.full_like(z, NEG_INF).scatter(-1, best, 0.0)
@@ -102,14 +109,16 @@ def process_logits(logits: torch.Tensor, params: SamplingParams, prev_ids: Histo
 
 
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams, prev_ids: History = None, *,
-                      prompt_lens: int | Sequence[int] | None = None, end_ids: Iterable[int] = ()) -> torch.Tensor:
+                      prompt_lens: int | Sequence[int] | None = None, end_ids: Iterable[int] = (),
+                      allowed: torch.Tensor | None = None) -> torch.Tensor:
     """The distribution ``sample`` draws from: softmax of :func:`process_logits` (rows sum to 1)."""
-    return torch.softmax(process_logits(logits, params, prev_ids, prompt_lens=prompt_lens, end_ids=end_ids), dim=-1)
+    return torch.softmax(process_logits(logits, params, prev_ids, prompt_lens=prompt_lens, end_ids=end_ids,
+                                        allowed=allowed), dim=-1)
 
 
 def sample(logits: torch.Tensor, params: SamplingParams = GREEDY, generator: torch.Generator | None = None,
            prev_ids: History = None, *, prompt_lens: int | Sequence[int] | None = None,
-           end_ids: Iterable[int] = ()) -> torch.Tensor:
+           end_ids: Iterable[int] = (), allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Pick one token per row.
 
     Args:
@@ -118,15 +127,17 @@ def sample(logits: torch.Tensor, params: SamplingParams = GREEDY, generator: tor
         generator: the ``torch.Generator`` to draw from (on the logits' device); ``None``
             uses one seeded with ``params.seed`` if set, else torch's global generator.
         prev_ids, prompt_lens, end_ids: each row's history, as :func:`process_logits`.
+        allowed: optional grammar mask (structured output), as :func:`process_logits`.
 
     Returns:
         ``(batch,)`` long tensor of token ids (a 0-d tensor for 1-D logits).
     """
     check_type("params", params, SamplingParams)
     if params.greedy:
-        ids = penalise(logits, params, prev_ids, prompt_lens, end_ids).argmax(dim=-1)
+        ids = penalise(logits, params, prev_ids, prompt_lens, end_ids, allowed).argmax(dim=-1)
     else:
-        probs = probs_from_logits(logits, params, prev_ids, prompt_lens=prompt_lens, end_ids=end_ids)
+        probs = probs_from_logits(logits, params, prev_ids, prompt_lens=prompt_lens, end_ids=end_ids,
+                                  allowed=allowed)
         if generator is None and params.seed is not None:
             generator = torch.Generator(device=probs.device).manual_seed(params.seed)
         ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)

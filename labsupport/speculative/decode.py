@@ -73,11 +73,14 @@ def speculative_generate(target: LoadedModel, proposer, prompt: str | Sequence[i
 
     Raises:
         TypeError: γ not an integer.
-        ValueError: empty prompt, γ < 1, a prompt that fills the context window, or a draft
-            whose vocabulary differs from the target's.
+        ValueError: empty prompt, γ < 1, a prompt that fills the context window, a draft
+            whose vocabulary differs from the target's, or ``params.structured_output`` set.
     """
     gamma = check_int("gamma", gamma, 1)
     check_type("params", params, SamplingParams)
+    if params.structured_output is not None:
+        raise ValueError("structured_output is not supported with speculative decoding "
+                         "(the draft would need the grammar too); use generate() or LLMEngine")
     if getattr(proposer, "draft", None) is not None:          # however the proposer was built
         check_same_vocabulary(target, proposer.draft)
     ids = _prompt_ids(target, prompt)

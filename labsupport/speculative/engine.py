@@ -126,11 +126,14 @@ class SpecDecodeEngine:
 
         Raises:
             TypeError: ``params`` not a SamplingParams, ``max_new_tokens`` not an integer.
-            ValueError: an empty prompt, ids outside the vocabulary, or ``max_new_tokens < 1``.
+            ValueError: an empty prompt, ids outside the vocabulary, ``max_new_tokens < 1``, or
+            ``params.structured_output`` set (not supported with speculative decoding).
             A prompt that fills the context window finishes with ``"error"``; one that fits runs
             until ``max_tokens`` or the window is full (``"length"``).
         """
         check_type("params", params, SamplingParams)
+        if params.structured_output is not None:
+            raise ValueError("structured_output is not supported by SpecDecodeEngine; use LLMEngine")
         requested = check_int("max_new_tokens", params.max_tokens if max_new_tokens is None else max_new_tokens, 1)
         limit = self.runner.max_positions
         waiting = []

@@ -1,0 +1,260 @@
+"""Benchmark of structured output on this machine: validity, mask cost, compile time.
+
+    python -m labsupport.bench structured [--runs 100] [--repeats 5] [--threads 1] [--model tiny-gpt2]
+
+For several specs (JSON Schemas, a regex, a choice) it samples ``--runs`` outputs at T = 1
+with and without the grammar and prints the share that parse and validate (``jsonschema``
+for schemas, ``re.fullmatch`` for regexes). Then it times one decode step of the model
+(batch 1, KV cache), our mask step (look-up of the cached mask + ``-inf`` fill + advance)
+and XGrammar's (``fill_next_token_bitmask`` + ``apply_token_bitmask_inplace`` +
+``accept_token``) over the states of real outputs, and the compile time of both. Times are
+medians of ``--repeats`` runs with their spread; they are printed, never asserted.
+
+The measuring helpers are also used by the structured-output chapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..generation import generate_batch
+from ..models import LoadedModel, model_forward
+from ..sampling import SamplingParams
+from ..structured import apply_structured_mask, for_model, normalize_spec
+from ..structured.grammar import _CACHE
+
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 12},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                         "student": {"type": "boolean"}},
+          "required": ["name", "age", "student"]}
+ORDER = {"type": "object",
+         "properties": {"item": {"enum": ["book", "pen", "lamp"]},
+                        "quantity": {"type": "integer", "minimum": 1, "maximum": 99},
+                        "gift": {"type": "boolean"},
+                        "colors": {"type": "array", "items": {"enum": ["red", "blue"]}, "maxItems": 3}},
+         "required": ["item", "quantity"]}
+SPECS = {
+    "person (JSON)": ({"json": PERSON}, 'Return a JSON object with "name", "age" and "student": '),
+    "order (JSON)": ({"json": ORDER}, 'Answer in JSON with "item", "quantity", "gift", "colors": '),
+    "ISO date (regex)": ({"regex": r"\d{4}-\d{2}-\d{2}"}, "The date in ISO format (YYYY-MM-DD) is "),
+    "yes/no (choice)": ({"choice": ["yes", "no"]}, "Is the value an integer? Answer yes or no: "),
+}
+
+
+def load_jsonschema():
+    """``import jsonschema`` without its optional IRI format checker.
+
+    ``jsonschema`` imports ``rfc3987_syntax`` when it is installed (JupyterLab's dependencies
+    install it), which builds a Lark grammar at import time — seconds on a laptop. Our
+    schemas use no ``format``, so that optional import is skipped when jsonschema is not
+    loaded yet (it is an optional import inside jsonschema: it simply leaves ``iri`` unchecked).
+    """
+    import sys
+    if "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules:
+        sys.modules["rfc3987_syntax"] = None          # makes `from rfc3987_syntax import ...` an ImportError
+        try:
+            import jsonschema
+        finally:
+            del sys.modules["rfc3987_syntax"]
+        return jsonschema
+    import jsonschema
+    return jsonschema
+
+
+def is_valid(text: str, spec: dict) -> bool:
+    """Does ``text`` satisfy ``spec`` by an independent check (jsonschema / re / membership)?"""
+    jsonschema = load_jsonschema()
+    kind, payload, _ = normalize_spec(spec)
+    if kind == "regex":
+        return re.fullmatch(payload, text) is not None
+    if kind == "choice":
+        return text in payload
+    try:
+        jsonschema.validate(json.loads(text), payload)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+@dataclass
+class Validity:
+    """Share of sampled outputs that validate, with and without the grammar."""
+    name: str
+    runs: int
+    constrained_valid: int
+    unconstrained_valid: int
+    constrained_stopped: int          # ended with EOS (the rest were cut by max_tokens)
+    constrained_texts: list
+    unconstrained_texts: list
+
+
+def validity(lm: LoadedModel, spec: dict, prompt: str, *, runs: int = 100, seed: int = 0,
+             max_tokens: int = 64, unconstrained_max_tokens: int | None = None, batch: int = 50,
+             name: str = "") -> Validity:
+    """Sample ``runs`` outputs at T = 1 with and without ``spec`` and count the valid ones.
+
+    ``unconstrained_max_tokens`` (default ``max_tokens``) bounds the prompt-only runs.
+    """
+    out = {}
+    for constrained in (True, False):
+        limit = max_tokens if constrained or unconstrained_max_tokens is None else unconstrained_max_tokens
+        params = SamplingParams(temperature=1.0, max_tokens=limit,
+                                structured_output=spec if constrained else None)
+        gen = torch.Generator().manual_seed(seed)
+        results = []
+        for lo in range(0, runs, batch):
+            results += generate_batch(lm, [prompt] * min(batch, runs - lo), params, generator=gen)
+        out[constrained] = results
+    c, u = out[True], out[False]
+    return Validity(name, runs, sum(is_valid(r.text, spec) for r in c), sum(is_valid(r.text, spec) for r in u),
+                    sum(r.finish_reason == "stop" for r in c), [r.text for r in c], [r.text for r in u])
+
+
+def _median_spread(values: Sequence[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def decode_step_seconds(lm: LoadedModel, repeats: int = 5, steps: int = 32) -> list[float]:
+    """Seconds per decode step (batch 1, KV cache, 64-token context), one value per repeat."""
+    out = []
+    ids = torch.tensor([lm.encode("Return a JSON object with the name and the age of the person. " * 2)[:64]])
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            logits, cache = model_forward(lm.model, ids, None)
+            tok = logits[:, -1:].argmax(-1)
+            start = time.perf_counter()
+            for _ in range(steps):
+                logits, cache = model_forward(lm.model, tok, cache)
+                tok = logits[:, -1:].argmax(-1)
+            out.append((time.perf_counter() - start) / steps)
+    return out[1:]
+
+
+def mask_step_seconds(lm: LoadedModel, spec: dict, token_runs: Sequence[Sequence[int]], repeats: int = 5) -> list[float]:
+    """Seconds per step of our grammar step (mask look-up + -inf fill + advance) along real outputs."""
+    g = for_model(spec, lm)
+    logits = torch.randn(1, g.vocab_size)
+    out = []
+    for _ in range(repeats):
+        n, start = 0, time.perf_counter()
+        for ids in token_runs:
+            state = g.initial_state()
+            for t in ids:
+                apply_structured_mask(logits, g.allowed_token_mask(state))
+                state = g.advance(state, t)
+                n += 1
+        out.append((time.perf_counter() - start) / max(n, 1))
+    return out
+
+
+def xgrammar_step_seconds(lm: LoadedModel, spec: dict, token_runs: Sequence[Sequence[int]],
+                          repeats: int = 5) -> tuple[list[float], list[float]] | None:
+    """XGrammar's step (bitmask fill + apply + accept) and compile seconds, or None without it."""
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        return None
+    kind, payload, options = normalize_spec(spec)
+    vocab = lm.model.config.vocab_size
+    info = xgr.TokenizerInfo.from_huggingface(lm.tokenizer, vocab_size=vocab)
+
+    def compile_once():
+        compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        if kind == "json":
+            ws = options["whitespace"]
+            extra = {"any_whitespace": False, "separators": (",", ":")} if ws == 0 else \
+                {"any_whitespace": True, "max_whitespace_cnt": ws}
+            return compiler.compile_json_schema(payload, any_order=options["any_order"], **extra)
+        if kind == "regex":
+            return compiler.compile_regex(payload)
+        return compiler.compile_regex("|".join(re.escape(c) for c in payload))
+
+    compile_s = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        compiled = compile_once()
+        compile_s.append(time.perf_counter() - start)
+    bitmask = xgr.allocate_token_bitmask(1, vocab)
+    logits = torch.randn(1, vocab)
+    step_s = []
+    for _ in range(repeats):
+        n, start = 0, time.perf_counter()
+        for ids in token_runs:
+            matcher = xgr.GrammarMatcher(compiled)
+            for t in ids:
+                matcher.fill_next_token_bitmask(bitmask)
+                xgr.apply_token_bitmask_inplace(logits, bitmask)
+                matcher.accept_token(t)
+                n += 1
+        step_s.append((time.perf_counter() - start) / max(n, 1))
+    return step_s, compile_s
+
+
+def our_compile_seconds(lm: LoadedModel, spec: dict, repeats: int = 5) -> list[float]:
+    """Cold compile time (cache cleared): tree → DFA → every state's token mask."""
+    out = []
+    for _ in range(repeats):
+        _CACHE.clear()
+        out.append(for_model(spec, lm).compile_seconds)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the validity table and the cost table."""
+    from ..models import load_model
+
+    parser = argparse.ArgumentParser(prog="python -m labsupport.bench structured", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", default="tiny-gpt2")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, device="cpu")
+    print(f"Structured output benchmark: {args.model}, T = 1, {args.runs} runs per spec, "
+          f"{args.threads} torch thread(s), times = median (min-max) of {args.repeats}")
+    print(f"{'spec':<18} {'valid (grammar)':>16} {'ended with EOS':>15} {'valid (prompt only)':>20}")
+    rows = {}
+    ok = True
+    for name, (spec, prompt) in SPECS.items():
+        v = validity(lm, spec, prompt, runs=args.runs, name=name)
+        rows[name] = v
+        ok &= v.constrained_valid == v.constrained_stopped
+        print(f"{name:<18} {v.constrained_valid / v.runs:>15.0%} {v.constrained_stopped / v.runs:>15.0%} "
+              f"{v.unconstrained_valid / v.runs:>20.0%}")
+    step = _median_spread(decode_step_seconds(lm, args.repeats))
+    print(f"\nmodel decode step (batch 1, KV cache): {step[0] * 1e3:.3f} ms ({step[1] * 1e3:.3f}-{step[2] * 1e3:.3f})")
+    print(f"{'spec':<18} {'ours µs/step':>18} {'% of decode':>12} {'XGrammar µs/step':>20} {'ours/XGr':>9} "
+          f"{'ours compile ms':>20} {'XGr compile ms':>18} {'states':>7}")
+    for name, (spec, _) in SPECS.items():
+        runs = [lm.encode(t) for t in rows[name].constrained_texts[:20]]
+        ours = _median_spread(mask_step_seconds(lm, spec, runs, args.repeats))
+        comp = _median_spread(our_compile_seconds(lm, spec, args.repeats))
+        peer = xgrammar_step_seconds(lm, spec, runs, args.repeats)
+        states = for_model(spec, lm).num_states
+        if peer is None:
+            xs, xc, ratio = "n/a", "n/a", "n/a"
+        else:
+            ps, pc = _median_spread(peer[0]), _median_spread(peer[1])
+            xs = f"{ps[0] * 1e6:.1f} ({ps[1] * 1e6:.0f}-{ps[2] * 1e6:.0f})"
+            xc = f"{pc[0] * 1e3:.1f} ({pc[1] * 1e3:.0f}-{pc[2] * 1e3:.0f})"
+            ratio = f"{ours[0] / ps[0]:.2f}×"
+        print(f"{name:<18} {ours[0] * 1e6:>7.1f} ({ours[1] * 1e6:.0f}-{ours[2] * 1e6:.0f}) {ours[0] / step[0]:>11.1%} "
+              f"{xs:>20} {ratio:>9} {comp[0] * 1e3:>8.1f} ({comp[1] * 1e3:.0f}-{comp[2] * 1e3:.0f}) {xc:>18} {states:>7}")
+    print("\n(XGrammar compiles with one thread and no cache; the step replays the same token sequences "
+          "for both. A constrained output cut by max_tokens is a valid prefix, not a valid document.)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Routing requests over engine replicas (data parallelism): round-robin vs prefix affinity.
+
+Each replica has its own KV pool and prefix cache. A router that ignores the cache
+(**round-robin**) sends requests sharing a system prompt to every replica, so each replica
+computes and stores that prefix: more prefill, and the pools fill with copies. A
+**prefix-affinity** router sends a request to the replica that already holds the longest
+prefix of it (ties: the least loaded); a request no replica has a prefix of goes where the
+hash of its first block points, so different system prompts spread over the replicas — as the cache-aware routers of
+SGLang and vLLM's production stack do with an approximate prefix tree; here the router asks
+each replica's block manager exactly (``num_prefix_hit_tokens``).
+
+Replicas are :class:`~labsupport.engine.LLMEngine` objects in this process, stepped in turn.
+Each has its own :class:`ReplicaClock` that runs only while that replica steps, so a replica's
+TTFT counts its own work and queueing, not the other replica's steps (on a real cluster they
+run on separate GPUs at the same time).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..sampling import GREEDY
+from ..validation import check_choice, check_int
+
+__all__ = ["POLICIES", "ReplicaClock", "RouteStats", "Router", "system_prompt_workload"]
+
+POLICIES = ("round_robin", "prefix_affinity")
+
+
+class ReplicaClock:
+    """A clock that advances in real time only inside :meth:`running`, and can jump forward to
+    an arrival when its replica is idle. Pass it as the engine's ``clock``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._since: float | None = None
+
+    def __call__(self) -> float:
+        return self.now + (time.perf_counter() - self._since if self._since is not None else 0.0)
+
+    def start(self) -> None:
+        self._since = time.perf_counter()
+
+    def stop(self) -> None:
+        self.now = self()
+        self._since = None
+
+    def advance_to(self, t: float) -> None:
+        """Idle until ``t`` (no-op if the clock is already past it)."""
+        self.now = max(self.now, t)
+
+
+@dataclass
+class RouteStats:
+    """One routed run: per-request replica, prefix-hit tokens, TTFT; and totals.
+
+    Attributes:
+        replica / hit_tokens / prompt_tokens / ttft: per request, by request id.
+        hit_rate: prefix-hit tokens over prompt tokens, all requests.
+        tokens_computed: prompt tokens run through the models (prompt − hits).
+    """
+
+    policy: str
+    replica: dict[str, int]
+    hit_tokens: dict[str, int]
+    prompt_tokens: dict[str, int]
+    ttft: dict[str, float]
+
+    @property
+    def hit_rate(self) -> float:
+        return sum(self.hit_tokens.values()) / max(1, sum(self.prompt_tokens.values()))
+
+    @property
+    def tokens_computed(self) -> int:
+        return sum(self.prompt_tokens.values()) - sum(self.hit_tokens.values())
+
+
+class Router:
+    """Routes requests to replicas by a policy and runs them to the end.
+
+    Args:
+        replicas: engines with prefix caching on, each built with its own :class:`ReplicaClock`
+            as ``clock`` (see :meth:`make_replicas`).
+        policy: ``"round_robin"`` or ``"prefix_affinity"``.
+
+    Raises:
+        ValueError: no replicas, an unknown policy, a replica without prefix caching or without
+            a :class:`ReplicaClock`.
+    """
+
+    def __init__(self, replicas: Sequence, policy: str = "prefix_affinity"):
+        if not replicas:
+            raise ValueError("replicas must hold at least one engine")
+        self.policy = check_choice("policy", policy, POLICIES)
+        for i, e in enumerate(replicas):
+            if not e.config.enable_prefix_caching or not isinstance(e.config.clock, ReplicaClock):
+                raise ValueError(f"replica {i} needs enable_prefix_caching=True and a ReplicaClock as clock")
+        self.replicas = list(replicas)
+        self._rr = itertools.cycle(range(len(self.replicas)))
+
+    @staticmethod
+    def make_replicas(lm, num_replicas: int = 2, **engine_kwargs) -> list:
+        """``num_replicas`` engines with prefix caching, each on its own :class:`ReplicaClock`."""
+        from ..engine import LLMEngine
+
+        num_replicas = check_int("num_replicas", num_replicas, 1)
+        return [LLMEngine(lm, enable_prefix_caching=True, clock=ReplicaClock(), **engine_kwargs)
+                for _ in range(num_replicas)]
+
+    def choose(self, prompt_ids: Sequence[int]) -> int:
+        """The replica for a prompt under the policy."""
+        if self.policy == "round_robin":
+            return next(self._rr)
+        hits = [e.block_manager.num_prefix_hit_tokens(prompt_ids) for e in self.replicas]
+        if max(hits) == 0:
+            bs = self.replicas[0].block_manager.block_size
+            return hash(tuple(int(t) for t in prompt_ids[:bs])) % len(self.replicas)
+        load = [len(e.scheduler.waiting) + len(e.scheduler.running) for e in self.replicas]
+        return min(range(len(self.replicas)), key=lambda i: (-hits[i], load[i], i))
+
+    def _step_until(self, engine, t: float | None) -> None:
+        """Step a replica until its clock reaches ``t`` (or it has no work; ``None`` = to the end)."""
+        clock = engine.config.clock
+        while engine.has_unfinished_requests() and (t is None or clock() < t):
+            clock.start()
+            try:
+                engine.step()
+            finally:
+                clock.stop()
+        if t is not None:
+            clock.advance_to(t)
+
+    def run(self, requests: Sequence[tuple[float, Sequence[int], int]]) -> RouteStats:
+        """Route ``(arrival_time, prompt_ids, max_new_tokens)`` requests (times in seconds, in
+        order) and run every replica to the end.
+
+        Before a request is routed, every replica catches up to its arrival time, so the
+        router sees each replica's cache as it would be then.
+        """
+        stats = RouteStats(self.policy, {}, {}, {}, {})
+        ids = []
+        for k, (arrival, prompt, new) in enumerate(requests):
+            for e in self.replicas:
+                self._step_until(e, arrival)
+            i = self.choose(prompt)
+            rid = f"r{k}"
+            self.replicas[i].add_request(list(prompt), GREEDY, new, rid, arrival_time=arrival)
+            stats.replica[rid], stats.prompt_tokens[rid] = i, len(prompt)
+            ids.append(rid)
+        for e in self.replicas:
+            self._step_until(e, None)
+        for rid in ids:
+            req = self.replicas[stats.replica[rid]].requests[rid]
+            stats.hit_tokens[rid] = req.seq.num_prefix_hit_tokens
+            stats.ttft[rid] = req.metrics.ttft
+        return stats
+
+
+def system_prompt_workload(system_prompts: Sequence[Sequence[int]], questions: Sequence[Sequence[int]],
+                           num_requests: int, gap: float = 0.01, new_tokens: int = 4,
+                           seed: int = 0) -> list[tuple[float, list[int], int]]:
+    """Requests each made of one of several system prompts and a question, drawn with a seeded
+    generator, ``gap`` seconds apart: ``(arrival, prompt_ids, max_new_tokens)``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(check_int("num_requests", num_requests, 1)):
+        s = system_prompts[int(rng.integers(len(system_prompts)))]
+        q = questions[int(rng.integers(len(questions)))]
+        out.append((k * gap, list(s) + list(q), new_tokens))
+    return out

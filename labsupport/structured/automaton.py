@@ -1,0 +1,282 @@
+"""Syntax tree → byte-level NFA (Thompson, 1968) → DFA (subset construction) → minimal DFA.
+
+The DFA reads *bytes*, not characters, because the tokenizer is byte-level BPE: a token may
+hold half of a UTF-8 character, so the automaton must be able to stop between the bytes of
+one character. Each character class is turned into UTF-8 byte-range sequences (the way
+RE2 and Rust's ``regex`` do), e.g. ``[é-ü]`` → ``\\xC3 [\\xA9-\\xBC]``.
+
+A :class:`DFA` is a table ``transitions[state, byte] → next state`` (``-1`` = dead) with
+``accepting[state]``; state 0 is the start. Every state left after :func:`compile_tree` can
+still reach an accepting state, so a prefix that keeps the DFA alive can always be finished.
+
+Object members in any order (:class:`~.regex.Keys`) are built with one *hub* state per
+subset of keys already written — ``2^n`` hubs for ``n`` keys, against ``n!`` orders if each
+order were spelt out. That is why :data:`MAX_ANY_ORDER_KEYS` bounds ``n``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .regex import Alt, Chars, Keys, Repeat, Seq
+
+MAX_ANY_ORDER_KEYS = 6        # 2^6 = 64 hubs × 6 member copies; 7+ raises ValueError
+MAX_NFA_STATES = 200_000
+
+
+def utf8_ranges(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Split code points ``[lo, hi]`` into sequences of byte ranges, one per UTF-8 shape.
+
+    Each returned sequence ``[(b1_lo, b1_hi), (b2_lo, b2_hi), ...]`` matches exactly the UTF-8
+    encodings of a sub-range. Example: ``utf8_ranges(0x41, 0xE9)`` → ``[[(0x41, 0x7F)],
+    [(0xC2, 0xC2), (0x80, 0xBF)], [(0xC3, 0xC3), (0x80, 0xA9)]]``.
+    """
+    out, stack = [], [(lo, hi)]
+    while stack:
+        lo, hi = stack.pop()
+        split = next((b for b in (0x7F, 0x7FF, 0xFFFF) if lo <= b < hi), None)
+        if split is not None:
+            stack += [(split + 1, hi), (lo, split)]
+            continue
+        if hi <= 0x7F:
+            out.append([(lo, hi)])
+            continue
+        for i in (1, 2, 3):                       # align to continuation-byte boundaries
+            m = (1 << (6 * i)) - 1
+            if lo & ~m != hi & ~m:
+                if lo & m:
+                    stack += [((lo | m) + 1, hi), (lo, lo | m)]
+                    break
+                if hi & m != m:
+                    stack += [(hi & ~m, hi), (lo, (hi & ~m) - 1)]
+                    break
+        else:
+            a, b = chr(lo).encode(), chr(hi).encode()
+            out.append(list(zip(a, b)))
+    return sorted(out)
+
+
+class NFA:
+    """Byte edges ``(lo, hi, target)`` and ε-edges; states are list indices."""
+
+    def __init__(self) -> None:
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.eps: list[list[int]] = []
+
+    def new(self) -> int:
+        if len(self.edges) >= MAX_NFA_STATES:
+            raise ValueError(f"grammar too large: more than {MAX_NFA_STATES} automaton states "
+                             "(lower repetition bounds, enum sizes or the number of any-order keys)")
+        self.edges.append([])
+        self.eps.append([])
+        return len(self.edges) - 1
+
+    def build(self, node, start: int) -> int:
+        """Add ``node`` starting at ``start``; return its end state."""
+        if isinstance(node, Chars):
+            end = self.new()
+            for lo, hi in node.ranges:
+                for seq in utf8_ranges(lo, hi):
+                    s = start
+                    for k, (blo, bhi) in enumerate(seq):
+                        t = end if k == len(seq) - 1 else self.new()
+                        self.edges[s].append((blo, bhi, t))
+                        s = t
+            return end
+        if isinstance(node, Seq):
+            for item in node.items:
+                start = self.build(item, start)
+            return start
+        if isinstance(node, Alt):
+            end = self.new()
+            for option in node.options:
+                s = self.new()
+                self.eps[start].append(s)
+                self.eps[self.build(option, s)].append(end)
+            return end
+        if isinstance(node, Repeat):
+            for _ in range(node.low):
+                start = self.build(node.item, start)
+            end = self.new()
+            self.eps[start].append(end)
+            if node.high is None:                     # star: loop back through a fresh copy
+                s = self.new()
+                self.eps[end].append(s)
+                self.eps[self.build(node.item, s)].append(end)
+                return end
+            for _ in range(node.high - node.low):     # optional copies, each may exit
+                s = self.new()
+                self.eps[start].append(s)
+                start = self.build(node.item, s)
+                self.eps[start].append(end)
+            return end
+        if isinstance(node, Keys):
+            return self._keys(node, start)
+        raise TypeError(f"unknown grammar node {node!r}")
+
+    def _keys(self, node: Keys, start: int) -> int:
+        """Hub states: a set of written keys (any order) or the last index written (fixed order)."""
+        n = len(node.members)
+        if node.any_order and n > MAX_ANY_ORDER_KEYS:
+            raise ValueError(f"properties: at most {MAX_ANY_ORDER_KEYS} keys can be accepted in any order "
+                             f"(the automaton needs 2^n states), got {n}; use any_order=False")
+        required = {i for i, (_, _, req) in enumerate(node.members) if req}
+        first_hub = frozenset() if node.any_order else -1
+        hubs = {first_hub: self.build(node.open, start)}
+        end = self.new()
+        queue = deque([first_hub])
+        while queue:
+            hub = queue.popleft()
+            if node.any_order:
+                done, nxt = hub, [k for k in range(n) if k not in hub]
+                can_close = required <= hub
+            else:
+                done = hub >= 0
+                later = range(hub + 1, n)
+                nxt = [j for j in later if not required & set(range(hub + 1, j))]
+                can_close = not required & set(later)
+            if can_close:
+                self.eps[self.build(node.close, hubs[hub])].append(end)
+            for k in nxt:
+                target = hub | {k} if node.any_order else k
+                s = self.build(node.sep if done else node.first, hubs[hub])
+                s = self.build(node.members[k][1], s)
+                if target not in hubs:
+                    hubs[target] = self.new()
+                    queue.append(target)
+                self.eps[s].append(hubs[target])
+        return end
+
+
+@dataclass
+class DFA:
+    """``transitions (num_states, 256) int32`` (-1 = dead), ``accepting (num_states,) bool``; start 0."""
+    transitions: np.ndarray
+    accepting: np.ndarray
+
+    @property
+    def num_states(self) -> int:
+        return int(self.transitions.shape[0])
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after reading ``data`` from ``state`` (-1 once it dies)."""
+        for b in data:
+            if state < 0:
+                return -1
+            state = int(self.transitions[state, b])
+        return state
+
+    def matches(self, text: str | bytes) -> bool:
+        """True when the whole ``text`` is in the language."""
+        s = self.walk(0, text.encode() if isinstance(text, str) else text)
+        return s >= 0 and bool(self.accepting[s])
+
+
+def _closure(nfa: NFA, states) -> frozenset:
+    seen, stack = set(states), list(states)
+    while stack:
+        for t in nfa.eps[stack.pop()]:
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return frozenset(seen)
+
+
+def determinise(nfa: NFA, start: int, final: int) -> DFA:
+    """Subset construction (Rabin & Scott, 1959): one DFA state per reachable set of NFA states."""
+    first = _closure(nfa, [start])
+    ids, order = {first: 0}, [first]
+    rows: list[list[int]] = []
+    cache: dict[tuple, frozenset] = {}
+    i = 0
+    while i < len(order):
+        per_byte: list[set] = [set() for _ in range(256)]
+        for s in order[i]:
+            for lo, hi, t in nfa.edges[s]:
+                for b in range(lo, hi + 1):
+                    per_byte[b].add(t)
+        row = []
+        for targets in per_byte:
+            if not targets:
+                row.append(-1)
+                continue
+            key = tuple(sorted(targets))
+            if key not in cache:
+                cache[key] = _closure(nfa, key)
+            nxt = cache[key]
+            if nxt not in ids:
+                ids[nxt] = len(order)
+                order.append(nxt)
+            row.append(ids[nxt])
+        rows.append(row)
+        i += 1
+    return DFA(np.asarray(rows, dtype=np.int32).reshape(-1, 256),
+               np.asarray([final in s for s in order], dtype=bool))
+
+
+def trim(dfa: DFA) -> DFA:
+    """Drop states from which no accepting state is reachable (their edges become -1).
+
+    Raises:
+        ValueError: the language is empty (the start state itself is dead).
+    """
+    live = dfa.accepting.copy()
+    while True:
+        t = dfa.transitions
+        reach = ((t >= 0) & live[np.maximum(t, 0)]).any(axis=1) | live
+        if (reach == live).all():
+            break
+        live = reach
+    if not live[0]:
+        raise ValueError("the grammar matches no string at all")
+    keep = np.flatnonzero(live)
+    new_id = np.full(dfa.num_states + 1, -1, dtype=np.int32)
+    new_id[keep] = np.arange(len(keep), dtype=np.int32)
+    t = dfa.transitions[keep]
+    t = np.where(t >= 0, new_id[np.maximum(t, 0)], -1).astype(np.int32)
+    return DFA(t, dfa.accepting[keep])
+
+
+def minimise(dfa: DFA) -> DFA:
+    """Moore's partition refinement: merge states with the same future (start stays 0).
+
+    Bytes that every state treats alike (all of ``a-z`` inside a string, say) are folded into
+    one column first, so each refinement round compares a few columns instead of 256.
+    """
+    cols = np.unique(dfa.transitions, axis=1)
+    cls = dfa.accepting.astype(np.int64)
+    count = len(np.unique(cls))
+    while True:
+        succ = np.where(cols >= 0, cls[np.maximum(cols, 0)], -1)
+        sig = np.concatenate([cls[:, None], succ], axis=1)
+        _, new_cls = np.unique(sig, axis=0, return_inverse=True)
+        cls = new_cls.reshape(-1)
+        new_count = int(cls.max()) + 1
+        if new_count == count:
+            break
+        count = new_count
+    # renumber classes in order of first appearance so the start state's class is 0
+    _, first = np.unique(cls, return_index=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cls = rank[cls]
+    reps = np.sort(first)
+    t = dfa.transitions[reps]
+    t = np.where(t >= 0, cls[np.maximum(t, 0)], -1).astype(np.int32)
+    return DFA(t, dfa.accepting[reps])
+
+
+def compile_tree(node) -> DFA:
+    """Tree → trimmed, minimal byte DFA.
+
+    Raises:
+        ValueError: the language is empty, or the automaton would be too large.
+    """
+    nfa = NFA()
+    start = nfa.new()
+    end = nfa.build(node, start)
+    return minimise(trim(determinise(nfa, start, end)))

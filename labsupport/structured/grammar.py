@@ -1,0 +1,213 @@
+"""The compiled constraint a sampler or engine uses: :class:`StructuredOutput`.
+
+Interface (all a decode loop needs)::
+
+    g = compile_structured_output({"json": schema}, tokenizer)
+    state = g.initial_state()
+    mask = g.allowed_token_mask(state)            # (vocab,) bool — cached per state
+    token = sample(apply_structured_mask(logits, mask))
+    state = g.advance(state, token)                # a table look-up
+    g.is_accepting(state)                          # EOS is allowed exactly here
+
+A request spec is a dict: ``{"json": schema}`` (or a bare JSON Schema dict),
+``{"regex": pattern}``, or ``{"choice": [text, ...]}``; JSON specs may add ``"whitespace": k``
+(0..8, default 0) and ``"any_order": bool`` (default True). Compiled grammars are cached
+per (tokenizer, spec), so a thousand requests with one schema compile it once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+
+import torch
+
+from ..validation import check_bool, check_int, check_type
+from .automaton import DFA, compile_tree
+from .json_schema import schema_to_tree
+from .regex import Alt, literal, parse_regex
+from .token_index import TokenIndex, token_bytes
+
+SPEC_KINDS = ("json", "regex", "choice")
+JSON_OPTIONS = ("whitespace", "any_order")
+MAX_WHITESPACE = 8
+CACHE_SIZE = 32
+
+
+def normalize_spec(spec) -> tuple[str, object, dict]:
+    """Check a structured-output spec and return ``(kind, payload, options)``.
+
+    Raises:
+        TypeError: ``spec`` is not a dict, a regex is not a str, choices are not strings.
+        ValueError: no or several kinds, unknown option keys, an empty choice list, or a
+            schema / regex outside the supported subset (the message names the keyword).
+    """
+    check_type("structured_output", spec, dict)
+    kinds = [k for k in SPEC_KINDS if k in spec]
+    if not kinds:                                   # a bare JSON Schema
+        spec = {"json": spec}
+        kinds = ["json"]
+    if len(kinds) > 1:
+        raise ValueError(f"structured_output must name exactly one of {list(SPEC_KINDS)}, got {kinds}")
+    kind = kinds[0]
+    extra = set(spec) - {kind} - (set(JSON_OPTIONS) if kind == "json" else set())
+    if extra:
+        raise ValueError(f"structured_output key {min(extra)!r} is not supported with {kind!r} "
+                         f"(allowed: {[kind, *JSON_OPTIONS] if kind == 'json' else [kind]})")
+    payload = spec[kind]
+    options: dict = {}
+    if kind == "json":
+        check_type("structured_output['json']", payload, dict)
+        options["whitespace"] = check_int("structured_output['whitespace']", spec.get("whitespace", 0), 0, MAX_WHITESPACE)
+        options["any_order"] = check_bool("structured_output['any_order']", spec.get("any_order", True))
+        schema_to_tree(payload, **options)          # raises on unsupported keywords
+    elif kind == "regex":
+        parse_regex(payload)
+    else:
+        if not isinstance(payload, (list, tuple)) or not payload:
+            raise ValueError(f"structured_output['choice'] must be a non-empty list of strings, got {payload!r}")
+        for c in payload:
+            check_type("structured_output['choice'] items", c, str)
+        if any(c == "" for c in payload):
+            raise ValueError("structured_output['choice'] items must be non-empty strings, got ''")
+        payload = list(payload)
+    return kind, payload, options
+
+
+def spec_tree(kind: str, payload, options: dict):
+    """The grammar tree of a normalised spec."""
+    if kind == "json":
+        return schema_to_tree(payload, **options)
+    if kind == "regex":
+        return parse_regex(payload)
+    return Alt(tuple(literal(c) for c in payload))
+
+
+class StructuredOutput:
+    """A grammar compiled for one tokenizer: masks and transitions over token ids.
+
+    States are DFA state numbers (ints, start 0). See the module docstring for the loop.
+    """
+
+    def __init__(self, dfa: DFA, index: TokenIndex, key: str, compile_seconds: float) -> None:
+        self.dfa, self.index, self.key, self.compile_seconds = dfa, index, key, compile_seconds
+
+    @property
+    def num_states(self) -> int:
+        return self.dfa.num_states
+
+    @property
+    def vocab_size(self) -> int:
+        return self.index.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.index.eos_token_id
+
+    def initial_state(self) -> int:
+        return 0
+
+    def _check_state(self, state) -> int:
+        return check_int("state", state, 0, self.num_states - 1)
+
+    def allowed_token_mask(self, state: int) -> torch.Tensor:
+        """``(vocab,)`` bool tensor: True for every token that keeps the output valid.
+
+        EOS is True exactly when ``state`` is accepting (the text so far is complete).
+        """
+        return self.index.mask(self._check_state(state))
+
+    def num_allowed(self, state: int) -> int:
+        return int(self.allowed_token_mask(state).sum())
+
+    def is_accepting(self, state: int) -> bool:
+        return bool(self.dfa.accepting[self._check_state(state)])
+
+    def is_terminal(self, state: int) -> bool:
+        """Accepting with nothing but EOS allowed: the output is complete and must end."""
+        mask = self.allowed_token_mask(state)
+        eos = self.eos_token_id
+        return self.is_accepting(state) and int(mask.sum()) == (1 if eos is not None else 0)
+
+    def advance(self, state: int, token_id: int) -> int:
+        """The state after ``token_id``; EOS in an accepting state leaves the state unchanged.
+
+        Raises:
+            ValueError: ``token_id`` is outside the vocabulary or not allowed in ``state``.
+        """
+        state = self._check_state(state)
+        token_id = check_int("token_id", token_id, 0, self.vocab_size - 1)
+        if token_id == self.eos_token_id:
+            if not self.is_accepting(state):
+                raise ValueError(f"token_id {token_id} (EOS) is not allowed in state {state}: the output is incomplete")
+            return state
+        nxt = self.index.next_state(state, token_id)
+        if nxt < 0:
+            raise ValueError(f"token_id {token_id} is not allowed by the grammar in state {state}")
+        return nxt
+
+    def state_after(self, token_ids) -> int:
+        """Replay ``token_ids`` from the start (how a preempted request recovers its state)."""
+        state = self.initial_state()
+        for t in token_ids:
+            state = self.advance(state, int(t))
+        return state
+
+    def matches(self, text: str) -> bool:
+        """True when the whole ``text`` is in the grammar's language (character level)."""
+        return self.dfa.matches(text)
+
+
+_CACHE: OrderedDict = OrderedDict()
+_TOKENS: dict[int, tuple[object, int, list]] = {}
+
+
+def _tokens_of(tokenizer, vocab_size: int) -> list:
+    hit = _TOKENS.get(id(tokenizer))
+    if hit is None or hit[0] is not tokenizer or hit[1] != vocab_size:
+        hit = (tokenizer, vocab_size, token_bytes(tokenizer, vocab_size))
+        _TOKENS[id(tokenizer)] = hit
+    return hit[2]
+
+
+def compile_structured_output(spec, tokenizer, *, vocab_size: int | None = None,
+                              eos_token_id: int | None = None,
+                              device: torch.device | str = "cpu") -> StructuredOutput:
+    """Compile ``spec`` for ``tokenizer`` (cached per tokenizer, vocabulary size, EOS, device, spec).
+
+    Args:
+        spec: ``{"json": schema}`` / bare schema, ``{"regex": ...}`` or ``{"choice": [...]}``.
+        tokenizer: a Hugging Face byte-level BPE tokenizer.
+        vocab_size: width of the logits (default ``len(tokenizer)``).
+        eos_token_id: default ``tokenizer.eos_token_id``.
+        device: where the masks live.
+
+    Raises:
+        TypeError / ValueError: see :func:`normalize_spec`; ValueError also when the grammar
+            matches nothing or is too large.
+    """
+    kind, payload, options = normalize_spec(spec)
+    vocab = len(tokenizer) if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+    eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+    key = json.dumps([kind, payload, options], sort_keys=True, ensure_ascii=False)
+    cache_key = (id(tokenizer), vocab, eos, str(torch.device(device)), key)
+    hit = _CACHE.get(cache_key)
+    if hit is not None and hit[0] is tokenizer:
+        _CACHE.move_to_end(cache_key)
+        return hit[1]
+    start = time.perf_counter()
+    dfa = compile_tree(spec_tree(kind, payload, options))
+    index = TokenIndex(dfa, _tokens_of(tokenizer, vocab), eos, device)
+    index.warm_up()
+    compiled = StructuredOutput(dfa, index, key, time.perf_counter() - start)
+    _CACHE[cache_key] = (tokenizer, compiled)
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return compiled
+
+
+def for_model(spec, lm) -> StructuredOutput:
+    """:func:`compile_structured_output` for a :class:`~labsupport.models.LoadedModel`."""
+    return compile_structured_output(spec, lm.tokenizer, vocab_size=lm.model.config.vocab_size,
+                                     eos_token_id=lm.eos_token_id, device=lm.device)
