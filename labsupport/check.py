@@ -3,7 +3,8 @@
 Prints the versions that matter, the device the chapters will use, whether the shipped
 models load and generate, and whether JupyterLab has the widget and plotly front-ends.
 Exits with 1 when something a chapter needs is missing, so ``make test`` stops early with a
-readable message instead of a failure deep inside a notebook.
+readable message instead of a failure deep inside a notebook. ``--device cuda`` instead runs the
+core's invariants on that device (:mod:`labsupport.device_check`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 PACKAGES = ["torch", "transformers", "tokenizers", "safetensors", "numpy", "ipywidgets",
-            "jupyterlab_widgets", "jupyterlab", "plotly", "anywidget", "tqdm"]
+            "jupyterlab_widgets", "jupyterlab", "plotly", "anywidget", "tqdm", "nbstripout"]
 
 
 def _version(dist: str) -> str | None:
@@ -29,9 +30,9 @@ def _version(dist: str) -> str | None:
 
 
 def lab_extensions() -> dict[str, bool]:
-    """Which JupyterLab front-end extensions are installed (widgets manager, plotly renderer)."""
+    """Which JupyterLab front-end extensions are installed (widgets manager, plotly renderer, live slides)."""
     found: dict[str, bool] = {"@jupyter-widgets/jupyterlab-manager": False, "jupyterlab-plotly": False,
-                              "anywidget": False}
+                              "anywidget": False, "jupyterlab-slideshow": False}
     try:
         out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
                              capture_output=True, text=True, timeout=60, check=False)
@@ -52,14 +53,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-model", action="store_true", help="skip loading the shipped models")
+    parser.add_argument("--device", help="instead, check the core's invariants on this device ('cuda', 'cpu', "
+                        "'mps'): engine logits = HF, greedy, swap, speculative (see labsupport.device_check)")
     args = parser.parse_args(argv)
+    if args.device is not None:
+        from .device_check import device_report
+
+        return device_report(args.device)
 
     problems: list[str] = []
     report: dict = {"python": sys.version.split()[0], "platform": platform.platform(),
-                    "packages": {p: _version(p) for p in PACKAGES}}
+                    "interpreter": sys.executable, "packages": {p: _version(p) for p in PACKAGES}}
+    venv = Path(__file__).resolve().parent.parent / ".venv"
+    if venv.is_dir() and Path(sys.prefix).resolve() != venv.resolve():
+        problems.append(f"this is {sys.executable}, not the course's environment: run "
+                        f"`.venv/bin/python -m labsupport.check` (and `make lab`, which uses .venv)")
     for name, ver in report["packages"].items():
         if ver is None:
-            problems.append(f"package {name} is not installed (run `make lab` or `pip install -e .`)")
+            problems.append(f"package {name} is not installed (run `make lab`, or `.venv/bin/python -m labsupport.check` "
+                            "if you ran this with another Python)")
 
     import torch
 

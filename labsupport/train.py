@@ -16,6 +16,10 @@ Steps (each seeded):
    the model card).
 
 ``--smoke`` runs a few steps into a temporary folder (used by CI).
+
+``python -m labsupport.train medusa`` trains Medusa heads (Cai et al. 2024) on the frozen
+shipped target, on the same corpus and split, and saves them to ``assets/models/tiny-gpt2-medusa``
+(:func:`labsupport.train_medusa.medusa_main`).
 """
 
 from __future__ import annotations
@@ -301,6 +305,10 @@ CARD_PROMPTS = ["Return the", "If the value is", "This module provides", "The de
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["medusa"]:
+        from .train_medusa import medusa_main
+        return medusa_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models")
     parser.add_argument("--seed", type=int, default=1234)

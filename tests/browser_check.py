@@ -17,6 +17,20 @@ and prints a summary: cells with a Python traceback, panels that did not redraw 
 slider moved (screenshots compared byte-for-byte), browser console errors. Exit code 1 when
 a traceback or a console error was found.
 
+Slides:
+
+``--deck``: after "Run All" the notebook is presented with jupyterlab-slideshow ("Toggle Deck");
+the check steps through the deck (→) and, on every slide that shows a live panel, saves
+``deck_NN.png``, moves the panel's first slider and saves ``deck_NN_slider.png`` (a panel that
+does not redraw is reported).
+
+``--offline build/slides/01_sampling.slides.html [...]``: no JupyterLab; each exported deck is
+opened from disk in a browser context with networking disabled, stepped through slide by slide
+(``offline_<stem>_NN.png``), and the report counts slides, typeset formulas, drawn plotly
+charts and panel snapshots, and lists every request that was not a local file, every widget
+shown as text (``VBox(...)``) and console errors. Exit code 1 when any of those is found or a
+deck does not advance.
+
 This is a maintainer's check, not part of ``make test`` (CI has no browser).
 """
 
@@ -26,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -49,10 +64,16 @@ def free_port() -> int:
 def start_lab(port: int, root_dir: Path) -> subprocess.Popen:
     """JupyterLab on ``root_dir`` (a scratch copy: autosave must never touch the committed chapters)."""
     jupyter = ROOT / ".venv" / "bin" / "jupyter"
+    if not jupyter.exists():                       # e.g. a git worktree using another checkout's venv
+        jupyter = Path(sys.executable).parent / "jupyter"
     cmd = [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
-           f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+           f"--ServerApp.root_dir={root_dir}", f"--LabApp.workspaces_dir={root_dir / '.workspaces'}", f"--LabApp.user_settings_dir={root_dir / '.user-settings'}", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(root_dir / ".workspaces")}
+    # every cell rendered, not only those near the viewport: a deck shows cells far down the notebook
+    tracker = root_dir / ".user-settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
     log = open(f"/tmp/browser_check_lab_{port}.log", "w")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root_dir, start_new_session=True,
                             env=env)
@@ -79,7 +100,7 @@ def wait_idle(page, timeout_s: float) -> bool:
     return False
 
 
-def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> dict:
+def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip_panels: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "sliders": 0, "buttons": 0}
     page.goto(f"http://127.0.0.1:{port}/lab/tree/{nb}", wait_until="domcontentloaded")
@@ -102,7 +123,7 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
         if "Traceback" in text or "Error:" in text and cell.query_selector("[data-mime-type*='stderr']"):
             report["tracebacks"].append({"cell": i, "text": text[-800:]})
         has_panel = cell.query_selector(".widget-slider, .js-plotly-plot, .jupyter-widgets, .widget-button")
-        if not has_panel:
+        if not has_panel or skip_panels:
             continue
         try:
             cell.scroll_into_view_if_needed(timeout=5000)
@@ -113,6 +134,8 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
         cell.screenshot(path=str(base))
         handles = cell.query_selector_all(".widget-slider .noUi-handle")
         for k, handle in enumerate(handles):
+            if not handle.is_visible():          # e.g. the temperature panel's edit sliders in the model mode
+                continue
             report["sliders"] += 1
             before = cell.screenshot()
             start_value = handle.get_attribute("aria-valuenow")
@@ -144,6 +167,95 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float) -> d
     return report
 
 
+def check_deck(page, out: Path, max_slides: int = 150) -> dict:
+    """Present the open notebook with jupyterlab-slideshow; on each slide with a panel move a slider.
+
+    Starts at the title cell and advances with the deck's on-screen remote (next subslide or
+    fragment, else next slide) until both are disabled (the end) or ``max_slides`` steps.
+    """
+    report = {"deck_steps": 0, "deck_panels": 0, "deck_no_redraw": [], "deck_text_widgets": 0}
+    page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTo(0, 0)")
+    time.sleep(1)
+    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt, .jp-Cell-inputCollapser").first.click()
+    page.keyboard.press("Escape")                   # the deck starts at the active cell: the title
+    page.click("[data-command='deck:toggle']")
+    time.sleep(3)
+    seen: set[int] = set()
+    cell_of = "e => Array.from(document.querySelectorAll('.jp-Cell')).indexOf(e.closest('.jp-Cell'))"
+    for k in range(max_slides):
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        handles = [h for h in page.locator(".widget-slider .noUi-handle").all() if h.is_visible()]
+        report["deck_text_widgets"] += sum(t.is_visible() for t in page.get_by_text("VBox(children=").all())
+        cell = handles[0].evaluate(cell_of) if handles else None
+        if handles and cell not in seen:
+            seen.add(cell)
+            report["deck_panels"] += 1
+            before = page.screenshot(path=str(out / f"deck_{k:02d}.png"))
+            start = handles[0].get_attribute("aria-valuenow")
+            handles[0].focus()
+            handles[0].press("End")
+            if handles[0].get_attribute("aria-valuenow") == start:
+                handles[0].press("Home")
+            time.sleep(3)
+            after = page.screenshot(path=str(out / f"deck_{k:02d}_slider.png"))
+            if after == before:
+                report["deck_no_redraw"].append(f"deck step {k} (cell {cell})")
+            page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        report["deck_steps"] = k + 1
+        page.screenshot(path=str(out / f"deck_step_{k:02d}.png"))
+        for direction in ("down", "forward"):      # the on-screen remote: subslide/fragment first, then next slide
+            button = page.locator(f".jp-deck-mod-direction-{direction}").first
+            if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
+                button.click()
+                break
+        else:
+            break                                   # both disabled: the last slide
+        time.sleep(1.0)
+    page.screenshot(path=str(out / "deck_last.png"))
+    return report
+
+
+def check_offline(browser, html: Path, out: Path) -> dict:
+    """Open an exported deck from disk with networking disabled and step through every slide."""
+    out.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, offline=True)
+    page = context.new_page()
+    requests, errors = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    page.goto(html.resolve().as_uri())
+    time.sleep(4)
+    total = page.evaluate("() => Reveal.getTotalSlides()")
+    report = {"deck": str(html), "slides": total, "advanced": 0, "math": 0, "plots": 0, "snapshots": 0,
+              "text_widgets": 0, "reached_end": False}
+    last = None
+    for k in range(3 * total + 10):              # fragments take steps too; stop after the last slide
+        page.screenshot(path=str(out / f"offline_{html.stem.split('.')[0]}_{k:02d}.png"))
+        slide = page.locator("section.present").last
+        report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
+        report["plots"] += slide.locator(".js-plotly-plot .main-svg").count() and 1
+        report["snapshots"] += slide.locator(".labsupport-panel-snapshot").count()
+        report["text_widgets"] += slide.get_by_text(re.compile(r"^(VBox|HBox|FigureWidget)\(")).count()
+        now = json.dumps(page.evaluate("() => Reveal.getIndices()"))
+        report["advanced"] += now != last
+        last, now = now, None
+        if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next"):
+            report["reached_end"] = True
+            break
+        page.keyboard.press("Space")              # reveal.js "next": slides and their subslides in order
+        time.sleep(0.8)
+    report["remote_requests"] = [u for u in requests if not u.startswith(("file://", "data:", "about:"))]
+    # Harmless and local: MathJax probes a web font at about:blank, and its AMS-symbols extension
+    # asks once for a TeX font file jupyter-server-mathjax does not ship (STIX-Web draws the glyph).
+    # One generic "Failed to load resource" console line accompanies each such request.
+    probes = [e for e in errors if "about:blank" in e or "/mathjax/fonts/HTML-CSS/TeX/" in e]
+    report["console_errors"] = [e for e in errors if e not in probes and not (
+        e.startswith("Failed to load resource") and probes)][:10]
+    context.close()
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", help="paths relative to the repo root, e.g. chapters/01_sampling.ipynb")
@@ -151,8 +263,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-timeout", type=float, default=240.0)
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=1600)
+    parser.add_argument("--deck", action="store_true", help="also present each notebook with jupyterlab-slideshow")
+    parser.add_argument("--deck-only", action="store_true", help="with --deck: skip the per-panel checks before it")
+    parser.add_argument("--offline", action="store_true",
+                        help="the arguments are exported .slides.html decks: open them from disk, offline")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
+
+    if args.offline:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+            reports = [check_offline(browser, Path(h), args.out) for h in args.notebooks]
+            browser.close()
+        print(json.dumps({"offline_reports": reports}, indent=2))
+        bad = any(r["remote_requests"] or r["console_errors"] or r["text_widgets"] or not r["reached_end"]
+                  for r in reports)
+        return 1 if bad else 0
 
     port = free_port()
     scratch = Path(tempfile.mkdtemp(prefix="browser_check_"))
@@ -169,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
             page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
             for nb in args.notebooks:
                 rel = os.path.relpath(Path(nb).resolve(), ROOT)
-                reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout))
+                reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout,
+                                              skip_panels=args.deck_only))
+                if args.deck:
+                    reports[-1].update(check_deck(page, args.out / Path(rel).stem))
             browser.close()
     finally:
         os.killpg(lab.pid, 15)
@@ -177,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     ignored = ("favicon", "Failed to load resource", "net::ERR")
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     print(json.dumps({"reports": reports, "console_errors": console_errors[:20]}, indent=2))
-    bad = any(r["tracebacks"] or not r["finished"] for r in reports) or bool(console_errors)
+    bad = (any(r["tracebacks"] or not r["finished"] or r.get("deck_no_redraw") or r.get("deck_text_widgets")
+               for r in reports) or bool(console_errors))
     return 1 if bad else 0
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,15 +84,31 @@ def test_widget_frontend_pairing():
     assert version("jupyterlab_widgets").split(".")[0] == "3"
 
 
-def test_chapters_have_kernelspec_python3_slides_and_no_stray_outputs():
-    """House rules: plain python3 kernelspec, slide metadata on every cell, only
-    NBVAL_CHECK_OUTPUT cells keep outputs, and a seed is set at the top."""
-    import nbformat
+def _committed(path: Path) -> str:
+    """A chapter as committed (``git show HEAD:...``): a student's saved outputs never fail this test.
+    Outside git, or for a chapter not committed yet, the working file."""
+    rel = path.relative_to(ROOT).as_posix()
+    if shutil.which("git"):
+        done = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel}"], check=False,
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            return done.stdout
+    return path.read_text(encoding="utf-8")
 
+
+def _chapters() -> list[Path]:
     chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
     assert chapters, "no chapters found"
-    for path in chapters:
-        nb = nbformat.read(path, as_version=4)
+    return chapters
+
+
+def test_chapters_have_kernelspec_python3_slides_and_no_stray_outputs():
+    """C25 + house rules, on the committed chapters: plain python3 kernelspec, slide metadata on
+    every cell, only NBVAL_CHECK_OUTPUT cells keep outputs, and a seed is set at the top."""
+    import nbformat
+
+    for path in _chapters():
+        nb = nbformat.reads(_committed(path), as_version=4)
         assert nb.metadata["kernelspec"]["name"] == "python3", path.name
         for cell in nb.cells:
             assert "slideshow" in cell.metadata, f"{path.name}: a cell has no slide metadata"
@@ -98,3 +118,139 @@ def test_chapters_have_kernelspec_python3_slides_and_no_stray_outputs():
         seeded = ("seed_everything(" in code or "manual_seed(" in code
                   or re.search(r"setup_chapter\([^)]*seed=\d", code))
         assert seeded, f"{path.name} is not seeded"
+
+
+def test_committed_chapters_are_what_the_git_filter_commits():
+    """Each committed chapter is a fixed point of nbstripout (the filter ``make setup`` installs),
+    so installing the filter leaves ``git status`` clean, and every NBVAL_CHECK_OUTPUT cell carries
+    nbstripout's ``keep_output`` marker (its text survives the filter; nothing else does)."""
+    import nbformat
+    from nbstripout import strip_output
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from notebook_tools import is_marked
+
+    for path in _chapters():
+        text = _committed(path)
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.metadata.get("keep_output", False) == is_marked(cell), \
+                    f"{path.name}: keep_output must be set exactly on NBVAL_CHECK_OUTPUT cells: {cell.source[:60]!r}"
+        stripped = strip_output(nbformat.reads(text, as_version=nbformat.NO_CONVERT), keep_output=None,
+                                keep_count=False, keep_id=False,
+                                extra_keys=["metadata.signature", "metadata.widgets", "cell.metadata.execution"])
+        assert nbformat.writes(stripped) + "\n" == text, \
+            f"{path.name}: not in committed form; run python tests/notebook_tools.py {path.relative_to(ROOT)}"
+
+
+def test_setup_installs_the_output_filter_and_lab_runs_as_root():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "nbstripout --install --attributes .gitattributes" in makefile
+    assert re.search(r"^setup: .*git-filter", makefile, re.MULTILINE)
+    attrs = (ROOT / ".gitattributes").read_text()
+    assert "*.ipynb filter=nbstripout" in attrs and "*.ipynb diff=ipynb" in attrs
+    assert "nbstripout" in _pyproject() and "nbstripout" in _conda()
+    update = makefile[makefile.index("\nupdate:"):].split("\n\n")[0]   # git add -u refreshes git's view, then pull
+    assert update.index("git add -u chapters/") < update.index("git pull --ff-only")
+    assert '[ "$$(id -u)" = 0 ] && echo --allow-root' in makefile
+    lab = re.search(r"^lab: .*\n\t(.*)$", makefile, re.MULTILINE).group(1)
+    assert "$(ALLOW_ROOT)" in lab and "$(LAB_ARGS)" in lab
+    # make test runs nbval on the clean copy, never on the working chapters
+    test_rule = makefile[makefile.index("\ntest:"):]
+    assert "$(NBVAL_COPY)/chapters/" in test_rule.split("\n\n")[0]
+
+
+def _make_notebook(tmp: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    marked = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(6 * 7)")
+    marked.metadata["keep_output"] = True
+    marked.outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
+    student = nbformat.v4.new_code_cell("x = 1\nx")
+    student.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "1", "text/html": "<b>1</b>"},
+                                              execution_count=3)]
+    student.execution_count = 3
+    nb.cells = [marked, student]
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    path = tmp / "chapters" / "99_demo.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_nbval_copy_drops_student_outputs_and_keeps_reference_text(tmp_path):
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from notebook_tools import test_copy
+
+    out = test_copy(_make_notebook(tmp_path), tmp_path / "copy")
+    nb = nbformat.read(out, as_version=4)
+    marked, student = nb.cells
+    assert [o["text"] for o in marked.outputs] == ["42\n"] and marked.execution_count == 1
+    assert student.outputs == [] and student.execution_count is None
+    assert "widgets" not in nb.metadata
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_filter_keeps_student_outputs_out_of_commits(tmp_path):
+    """The set-up's filter in a scratch repository: a notebook saved with outputs is committed
+    without them, except the keep_output cell; the working file keeps its outputs."""
+    repo = tmp_path
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+                   cwd=repo, check=True)
+    subprocess.run([sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+                   cwd=repo, check=True)                                   # idempotent
+    assert (repo / ".gitattributes").read_text().count("*.ipynb filter=nbstripout") == 1
+    path = _make_notebook(repo)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "demo"], check=True)
+    committed = json.loads(subprocess.run(git + ["show", "HEAD:chapters/99_demo.ipynb"], check=True,
+                                          capture_output=True, text=True).stdout)
+    marked, student = committed["cells"]
+    assert marked["outputs"][0]["text"] == ["42\n"] or marked["outputs"][0]["text"] == "42\n"
+    assert student["outputs"] == [] and student["execution_count"] is None
+    assert "widgets" not in committed["metadata"]
+    assert json.loads(path.read_text())["cells"][1]["outputs"], "the working file keeps the student's outputs"
+    diff = subprocess.run(git + ["diff", "--stat"], check=True, capture_output=True, text=True).stdout
+    assert diff == "", f"saved outputs show up as a change: {diff!r}"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_pull_goes_through_after_saving_outputs(tmp_path):
+    """`make update`'s two steps: with outputs saved in a chapter, `git add -u` leaves nothing staged
+    and `git pull --ff-only` brings in an upstream edit of that chapter."""
+    up, student = tmp_path / "up", tmp_path / "student"
+    git = ["-c", "user.email=t@example.org", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(up)], check=True)
+    subprocess.run([sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+                   cwd=up, check=True)                                     # the course commits stripped chapters
+    path = _make_notebook(up)
+    subprocess.run(["git", "-C", str(up), *git, "add", "."], check=True)
+    subprocess.run(["git", "-C", str(up), *git, "commit", "-qm", "start"], check=True)
+    subprocess.run(["git", "clone", "-q", str(up), str(student)], check=True)
+    subprocess.run([sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes"],
+                   cwd=student, check=True)
+    import nbformat
+
+    mine = student / "chapters" / "99_demo.ipynb"
+    nb = nbformat.read(mine, as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="saved by the student\n" * 50)]
+    nb.cells[1].execution_count = 7
+    nbformat.write(nb, mine)
+    theirs = nbformat.read(path, as_version=4)
+    theirs.cells.append(nbformat.v4.new_markdown_cell("upstream edit"))
+    nbformat.write(theirs, path)
+    subprocess.run(["git", "-C", str(up), *git, "commit", "-qam", "upstream"], check=True)
+    subprocess.run(["git", "-C", str(student), *git, "add", "-u", "chapters/"], check=True)
+    staged = subprocess.run(["git", "-C", str(student), "diff", "--cached", "--stat"], check=True,
+                            capture_output=True, text=True).stdout
+    assert staged == "", f"saved outputs were staged as a change: {staged!r}"
+    done = subprocess.run(["git", "-C", str(student), *git, "pull", "-q", "--ff-only"], check=False,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "upstream edit" in mine.read_text()

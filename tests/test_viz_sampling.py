@@ -49,8 +49,9 @@ def test_distribution_figure_data_and_axes():
     assert isinstance(fig, go.Figure) and len(fig.data) == 2
     assert list(fig.data[0].x) == [3.0, 2.0, 1.0]
     assert list(fig.data[1].x) == [0.6, 0.3, 0.1]
-    assert list(fig.data[1].y) == ["␣the", "1", "␣a"]
-    assert fig.layout.yaxis.type == "category"          # the token "1" stays a label
+    assert list(fig.data[1].y) == [0, 1, 2] and list(fig.data[1].customdata) == ["␣the", "1", "␣a"]
+    assert list(fig.layout.yaxis.ticktext) == ["␣the", "1", "␣a"]     # the token "1" stays a label
+    assert list(fig.layout.yaxis.tickvals) == [0, 1, 2]
     assert fig.layout.yaxis.autorange == "reversed"     # most likely on top
     assert "T = 0.5" in fig.layout.xaxis2.title.text
     assert fig.layout.font.size >= 14
@@ -171,12 +172,13 @@ def test_temperature_panel_shift_invariance(tiny_lm):
 
 def test_temperature_panel_prompt_change_and_empty_prompt(tiny_lm):
     panel = temperature_panel(tiny_lm, PROMPT)
-    labels_before = list(panel.figure.data[1].y)
+    labels_before = list(panel.figure.layout.yaxis.ticktext)
     panel.controls["prompt"].value = "Raise ValueError if the argument is"
     assert panel.cache.forwards == 2
     logits = next_token_logits(tiny_lm, "Raise ValueError if the argument is")
     top = torch.topk(logits, len(labels_before)).indices.tolist()
-    assert list(panel.figure.data[1].y) == unique_labels([tiny_lm.token_str(i) for i in top])
+    assert list(panel.figure.layout.yaxis.ticktext) == unique_labels([tiny_lm.token_str(i) for i in top])
+    assert list(panel.figure.data[1].customdata) == list(panel.figure.layout.yaxis.ticktext)
     panel.controls["prompt"].value = ""                 # no crash: a message instead
     assert "empty prompt" in panel.stats.value
     with pytest.raises(ValueError, match="top_n"):

@@ -1,8 +1,10 @@
 """``python -m labsupport.bench NAME [args]``: run one benchmark (or ``all``).
 
 Each NAME maps to a module ``labsupport.bench.<module>`` with ``main(argv) -> int``:
-``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``, ``structured`` → ``structured``.
-``all`` runs every one that exists, with default arguments.
+``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``,
+``structured`` → ``structured``, ``vllm`` → ``vs_vllm``. ``all`` runs every one that exists, with
+default arguments (one whose ``unavailable()`` gives a reason, such as ``vllm`` without
+``.venv-vllm``, is skipped with that reason).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         module = _load(name)
         if module is None:
             print(f"== {name}: skipped (labsupport.bench.{BENCHMARKS[name]} does not exist)\n")
+            continue
+        reason = getattr(module, "unavailable", lambda: None)()
+        if reason:
+            print(f"== {name}: skipped ({reason})\n")
             continue
         print(f"== {name}")
         status = max(status, int(module.main([]) or 0))

@@ -11,7 +11,9 @@ temperature 0.8, on a prose prompt and a repetitive (JSON-like) one, it measures
   verification cost v(γ) = a target forward over γ+1 tokens / one decode step;
 * the predicted speed-up ``E[tokens per round] / (γ·c + v(γ))`` and the measured wall-clock
   speed-up over plain target decoding (``labsupport.generation.generate``);
-* in the paged engine: batch 1 vs batch 8, plain ``LLMEngine`` vs ``SpecDecodeEngine``.
+* in the paged engine: batch 1 vs batch 8, plain ``LLMEngine`` vs ``SpecDecodeEngine``;
+* then the cheap-draft variants (self-speculation, Medusa heads, token trees, lookahead) of
+  :mod:`labsupport.bench.speculative_variants` (``--no-variants`` skips them).
 
 It reports what it measures; nothing is tuned to show a gain (on a CPU verification is not
 free: v(γ) > 1, so the measured speed-up is below the v = 1 prediction).
@@ -301,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperatures", default="0,0.8")
     ap.add_argument("--engine-gamma", type=int, default=4)
     ap.add_argument("--no-engine", action="store_true")
+    ap.add_argument("--no-variants", action="store_true", help="skip the self-speculation / Medusa / lookahead table")
     ap.add_argument("--quick", action="store_true", help="γ 1,4,8, greedy only, 1 repeat, 32 tokens")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the results to this file")
@@ -325,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1, default=float)
+    if not args.no_variants:
+        from labsupport.bench import speculative_variants
+        print()
+        speculative_variants.main(["--repeats", str(args.repeats), "--max-new-tokens", str(args.max_new_tokens),
+                                   "--threads", str(args.threads)] + (["--quick"] if args.quick else []))
     return 0
 
 

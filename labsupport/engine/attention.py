@@ -10,6 +10,11 @@ mapping*), then each sequence reads back all of its K/V through its *block table
     gather  K_b = cache[block_table_b]  (whole blocks)        for every sequence b
     attend  softmax(q K_bᵀ · scale + causal mask) V_b
 
+Tree verification (SpecInfer, Miao et al. 2024; Medusa, Cai et al. 2024) feeds a *token tree*
+as one sequence's new tokens: ``tree_parents`` gives each new token's parent (an index among
+the new tokens, ``-1`` = the cached prefix). Token ``i`` is stored in slot ``start + i`` but has
+position id ``start + depth(i)`` and attends to the prefix and to its own ancestors only.
+
 The gather copies the blocks into a padded ``(B, H, K, D)`` tensor, which plain PyTorch
 (``scaled_dot_product_attention``) can use; a CUDA kernel such as vLLM's reads the blocks in
 place instead. Shapes: ``N`` new tokens, ``B`` sequences, ``Q`` most new tokens of one
@@ -39,6 +44,10 @@ class AttentionMetadata:
         query_index: ``(N,)`` row of each new token in the padded ``(B·Q)`` query layout, or
             ``None`` when every sequence has exactly one new token (pure decode: no padding).
         query_lens: new tokens per sequence (Python list, length B).
+
+    With a token tree, ``positions`` are ``start + depth`` while ``slot_mapping`` follows the
+    order of the new tokens (``start + i``), and ``mask`` lets a tree token see only the
+    prefix and its ancestors.
     """
 
     positions: torch.Tensor
@@ -59,7 +68,8 @@ class AttentionMetadata:
 
 def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                    block_tables: Sequence[Sequence[int]], block_size: int,
-                   device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> AttentionMetadata:
+                   device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                   tree_parents: Sequence[Sequence[int] | None] | None = None) -> AttentionMetadata:
     """Build the step's :class:`AttentionMetadata` from per-sequence lists (no per-token loop).
 
     Args:
@@ -69,10 +79,12 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
             ``start + query_len`` slots.
         block_size: token slots per block.
         device, dtype: of the tensors (``dtype`` is the additive mask's, the model's dtype).
+        tree_parents: per sequence ``None`` (a causal chain) or the parent of each new token
+            (``-1`` or an earlier index ``< i``; see :func:`tree_ancestors`).
 
     Raises:
         ValueError: lists of different lengths, an empty batch, a query length < 1, a negative
-            start position, or a block table too short for its tokens.
+            start position, a block table too short for its tokens, or a bad parent list.
     """
     if not (len(query_lens) == len(start_positions) == len(block_tables)) or not query_lens:
         raise ValueError("query_lens, start_positions and block_tables must be non-empty lists of one length, "
@@ -103,10 +115,50 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
     query_pos = starts[:, None] + torch.arange(max_q, device=device)               # (B, Q)
     key_pos = torch.arange(max_blocks * block_size, device=device)                 # (K,)
     visible = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)       # (B, 1, Q, K)
+    if tree_parents is not None and any(p is not None for p in tree_parents):
+        if len(tree_parents) != num_seqs:
+            raise ValueError(f"tree_parents must have one entry per sequence ({num_seqs}), got {len(tree_parents)}")
+        positions = positions.clone()
+        first = 0
+        for b, parents in enumerate(tree_parents):
+            q, start = query_lens[b], start_positions[b]
+            if parents is not None:
+                if len(parents) != q:
+                    raise ValueError(f"tree_parents[{b}] must have {q} entries (one per new token), got {len(parents)}")
+                anc = tree_ancestors(parents)                                      # (q, q) bool
+                depth = anc.sum(1) - 1                                             # (q,)
+                positions[first:first + q] = start + depth.to(device)
+                visible[b, 0, :q, start:start + q] = anc.to(device)                # prefix stays visible
+            first += q
     mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
     query_index = None if max_q == 1 else seq_of_token * max_q + offset
     return AttentionMetadata(positions=positions, slot_mapping=slot_mapping, block_tables=tables,
                              mask=mask, query_index=query_index, query_lens=list(query_lens))
+
+
+def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
+    """Ancestor-or-self matrix of a token tree: ``A[i, j]`` is True iff ``j`` is ``i`` or above it.
+
+    Args:
+        parents: ``parents[i]`` is the parent of node ``i`` — ``-1`` (the cached prefix) or an
+            index ``< i`` (parents come first, so one pass fills the matrix).
+
+    Returns:
+        ``(q, q)`` bool tensor; row sums − 1 are the depths.
+
+    Raises:
+        ValueError: a parent that is not ``-1`` or an earlier index.
+    """
+    q = len(parents)
+    anc = torch.zeros(q, q, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        p = int(p)
+        if not -1 <= p < i:
+            raise ValueError(f"tree_parents[{i}] must be -1 or an earlier index in [0, {i}), got {p}")
+        if p >= 0:
+            anc[i] = anc[p]
+        anc[i, i] = True
+    return anc
 
 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:

@@ -117,7 +117,8 @@ class ModelRunner:
     # ------------------------------------------------------------------ the forward pass
     @torch.inference_mode()
     def forward(self, token_ids: Sequence[Sequence[int]], start_positions: Sequence[int],
-                block_tables: Sequence[Sequence[int]], all_logits: bool = False) -> torch.Tensor:
+                block_tables: Sequence[Sequence[int]], all_logits: bool = False,
+                tree_parents: Sequence[Sequence[int] | None] | None = None) -> torch.Tensor:
         """One forward step over the new tokens of several sequences.
 
         Args:
@@ -126,6 +127,8 @@ class ModelRunner:
                 first new token).
             block_tables: each sequence's physical blocks, covering ``start + len(new)`` slots.
             all_logits: return a row for every new token instead of only each sequence's last.
+            tree_parents: per sequence ``None`` or its new tokens' parents — a token tree
+                verified in one forward (:func:`~labsupport.engine.attention.build_metadata`).
 
         Returns:
             float32 logits: ``(B, vocab)`` (last new token of each sequence), or with
@@ -142,7 +145,8 @@ class ModelRunner:
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
         self._check_blocks("block_tables", [b for t in block_tables for b in t], self.num_blocks)
-        meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype)
+        meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
+                              tree_parents=tree_parents)
         flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
         if flat.min() < 0 or flat.max() >= self.vocab_size:
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {flat.min().item()}..{flat.max().item()}")
@@ -155,11 +159,16 @@ class ModelRunner:
         hidden = F.layer_norm(hidden, hidden.shape[-1:], *self.ln_f, eps=self.eps)
         return F.linear(hidden, self.lm_head).float()
 
-    def hidden_states(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """The transformer blocks on a flat batch: ``(N,)`` ids → ``(N, E)`` before ``ln_f``."""
+    def hidden_states(self, input_ids: torch.Tensor, meta: AttentionMetadata,
+                      num_layers: int | None = None) -> torch.Tensor:
+        """The transformer blocks on a flat batch: ``(N,)`` ids → ``(N, E)`` before ``ln_f``.
+
+        ``num_layers`` runs only the first blocks (early exit: the self-speculative draft of
+        LayerSkip, Elhoushi et al. 2024); their K/V land in the cache like a full forward's.
+        """
         x = self.wte[input_ids] + self.wpe[meta.positions]                       # (N, E)
         n, e = x.shape
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:num_layers]):
             h = F.layer_norm(x, (e,), *layer.ln_1, eps=self.eps)
             qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])                # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each

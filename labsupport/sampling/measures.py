@@ -32,7 +32,7 @@ def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
         worst = float(sums[(sums - 1).abs().argmax()]) if sums.dim() else float(sums)
         raise ValueError(f"probs must be a distribution (each row sums to 1), got a row summing to {worst:.4g}")
     terms = torch.where(p > 0, p * torch.log2(p.clamp_min(torch.finfo(torch.float32).tiny)), torch.zeros_like(p))
-    return -terms.sum(dim=-1)
+    return 0.0 - terms.sum(dim=-1)        # not -sum: a one-hot p would give -0.0 ("−0.00 bits")
 
 
 def perplexity(probs: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,11 @@ One concept per module, every name re-exported here (``from labsupport import sp
 * :mod:`.decode` — the loop over Hugging Face models (:func:`speculative_generate`);
 * :mod:`.engine` — the batched loop over the paged KV cache (:class:`SpecDecodeEngine`);
 * :mod:`.exactness` — an exact two-token check of the output distribution;
-* :mod:`.prompts` — the prose and repetitive prompts the chapter and the benchmark use.
+* :mod:`.prompts` — the prose and repetitive prompts the chapter and the benchmark use;
+* :mod:`.tree` — token trees, greedy path acceptance, KV compaction (SpecInfer; Medusa);
+* :mod:`.variants` — :class:`VariantEngine`, the paged engine for cheap drafts, with
+  :mod:`.self_spec` (the target's first layers), :mod:`.medusa` (heads on its hidden state),
+  :mod:`.lookahead` (Jacobi window + n-gram pool) and :mod:`.policy` (switch off under load).
 
 Timing (step costs, speed-up sweeps, engine comparison) lives in :mod:`labsupport.bench.speculative`.
 """
@@ -26,6 +30,9 @@ from .cache import CachedLM
 from .decode import SpeculativeResult, speculative_generate
 from .engine import SpecDecodeEngine, SpecRequestOutput
 from .exactness import TwoTokenTree, sampling_noise_floor, simulate_two_tokens, total_variation, two_token_tree
+from .lookahead import LookaheadProposer
+from .medusa import MedusaHeads, MedusaProposer, load_medusa
+from .policy import SpecPolicy, break_even_batch
 from .prompts import PROSE, REPETITIVE
 from .proposers import (
     DraftModelProposer,
@@ -46,6 +53,7 @@ from .rejection import (
     verify_logits,
 )
 from .rounds import RoundRecord, commit_round, verify_round
+from .self_spec import SelfSpecProposer
 from .stats import SpecStats
 from .theory import (
     best_gamma,
@@ -55,13 +63,58 @@ from .theory import (
     simulate_rounds,
     speedup,
 )
+from .tree import TokenTree, accept_greedy_path, compact_kv, tree_forward
+from .variants import Draft, VariantEngine, VariantOutput
 
 __all__ = [
-    "PROSE", "REPETITIVE", "CachedLM", "DraftModelProposer", "DraftRequest", "NgramProposer", "Proposal",
-    "RoundRecord", "SpecDecodeEngine", "SpecRequestOutput", "SpecStats", "SpeculativeResult", "TwoTokenTree",
-    "VerifyResult", "acceptance_probability", "accepted_prefix_length", "best_gamma", "check_same_vocabulary",
-    "commit_round", "draft_tokens", "expected_accepted", "expected_tokens_per_round", "independent_tokens_estimate",
-    "lookup_ngram", "residual_distribution", "sample_from", "sampling_noise_floor", "simulate_rounds",
-    "simulate_two_tokens", "speculative_generate", "speedup", "total_variation", "two_token_tree", "verify",
-    "verify_logits", "verify_round",
+    "PROSE",
+    "REPETITIVE",
+    "CachedLM",
+    "Draft",
+    "DraftModelProposer",
+    "DraftRequest",
+    "LookaheadProposer",
+    "MedusaHeads",
+    "MedusaProposer",
+    "NgramProposer",
+    "Proposal",
+    "RoundRecord",
+    "SelfSpecProposer",
+    "SpecDecodeEngine",
+    "SpecPolicy",
+    "SpecRequestOutput",
+    "SpecStats",
+    "SpeculativeResult",
+    "TokenTree",
+    "TwoTokenTree",
+    "VariantEngine",
+    "VariantOutput",
+    "VerifyResult",
+    "accept_greedy_path",
+    "acceptance_probability",
+    "accepted_prefix_length",
+    "best_gamma",
+    "break_even_batch",
+    "check_same_vocabulary",
+    "commit_round",
+    "compact_kv",
+    "draft_tokens",
+    "expected_accepted",
+    "expected_tokens_per_round",
+    "independent_tokens_estimate",
+    "load_medusa",
+    "lookup_ngram",
+    "residual_distribution",
+    "sample_from",
+    "sampling_noise_floor",
+    "simulate_rounds",
+    "simulate_two_tokens",
+    "speculative_generate",
+    "speedup",
+    "total_variation",
+    "tree_forward",
+    "two_token_tree",
+    "verify",
+    "verify_logits",
+    "verify_round",
 ]

@@ -8,7 +8,9 @@ them in. Every figure has a fixed set of traces, so a panel can wrap it in a
 
 Token strings are shown as ``LoadedModel.token_str`` renders them (``␣`` = space,
 ``⏎`` = newline). The token axis is always categorical, so a token such as ``"1"`` stays a
-label, and repeated strings get their rank appended so that no two bars merge.
+label, and repeated strings get their rank appended so that no two bars merge. Token axes are
+numeric positions labelled with ``ticktext`` (:func:`token_axis`), so a live panel can swap in
+another prompt's tokens without stale labels.
 """
 
 from __future__ import annotations
@@ -46,6 +48,19 @@ def unique_labels(tokens: Sequence[str]) -> list[str]:
     return [t if seen[t] == 1 else f"{t} #{i + 1}" for i, t in enumerate(tokens)]
 
 
+def token_axis(labels: Sequence[str]) -> dict:
+    """Y-axis settings for a token axis: numeric positions ``0..n-1`` labelled with the tokens.
+
+    Not a categorical axis: a ``go.FigureWidget`` whose bars get another prompt's tokens would
+    keep the old categories on the axis in the browser (stale labels, unsorted bars). Positions
+    with ``ticktext`` replace cleanly, keep a token such as ``"1"`` a label, and put the most
+    likely candidate on top (``autorange="reversed"``).
+    """
+    n = len(labels)
+    return {"type": "linear", "tickmode": "array", "tickvals": list(range(n)), "ticktext": list(labels),
+            "autorange": "reversed", "range": None, "showgrid": False, "zeroline": False}
+
+
 def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(title={"text": title, "font": {"size": FONT_SIZE + 4}}, template="plotly_white",
                       font={"size": FONT_SIZE}, height=height, margin={"l": 10, "r": 20, "t": 80, "b": 60},
@@ -78,15 +93,19 @@ def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: S
     labels = unique_labels(tokens)
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         column_widths=[0.4, 0.6])
-    fig.add_trace(go.Bar(x=list(logits), y=labels, orientation="h", name="logits", marker_color=LOGIT_COLOR,
-                         hovertemplate="%{y}: z = %{x:.3f}<extra></extra>", showlegend=False), row=1, col=1)
-    fig.add_trace(go.Bar(x=list(probs), y=labels, orientation="h", name="probability", marker_color=KEPT_COLOR,
-                         text=[f"{100 * p:.1f} %" for p in probs], textposition="outside", cliponaxis=False,
-                         hovertemplate="%{y}: p = %{x:.4f}<extra></extra>", showlegend=False), row=1, col=2)
+    pos = list(range(n))
+    fig.add_trace(go.Bar(x=list(logits), y=pos, customdata=labels, orientation="h", name="logits",
+                         marker_color=LOGIT_COLOR, hovertemplate="%{customdata}: z = %{x:.3f}<extra></extra>",
+                         showlegend=False), row=1, col=1)
+    fig.add_trace(go.Bar(x=list(probs), y=pos, customdata=labels, orientation="h", name="probability",
+                         marker_color=KEPT_COLOR, text=[f"{100 * p:.1f} %" for p in probs], textposition="outside",
+                         cliponaxis=False, hovertemplate="%{customdata}: p = %{x:.4f}<extra></extra>",
+                         showlegend=False), row=1, col=2)
     t_text = "" if temperature is None else f" at T = {temperature:g}"
     fig.update_xaxes(title_text="logit z (model score)", row=1, col=1)
     fig.update_xaxes(title_text=f"probability p{t_text}", range=[0, 1.15], tickformat=".0%", row=1, col=2)
-    fig.update_yaxes(type="category", autorange="reversed", title_text=f"top {n} next tokens", row=1, col=1)
+    fig.update_yaxes(**token_axis(labels))
+    fig.update_yaxes(title_text=f"top {n} next tokens", row=1, col=1)
     return _style(fig, title or "Next-token distribution", height=max(420, 90 + 26 * n))
 
 
@@ -116,21 +135,23 @@ def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_prob
     labels = unique_labels(tokens)
     kept = [f if r == "" else 0.0 for f, r in zip(final_probs, reasons)]
     cut = [0.0 if r == "" else b for b, r in zip(base_probs, reasons)]
+    pos = list(range(len(labels)))
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=kept, y=labels, orientation="h", name="kept: probability sampled from",
+    fig.add_trace(go.Bar(x=kept, y=pos, customdata=labels, orientation="h", name="kept: probability sampled from",
                          marker_color=KEPT_COLOR, text=[f"{100 * p:.1f} %" if p > 0 else "" for p in kept],
                          textposition="outside", cliponaxis=False,
-                         hovertemplate="%{y}: sampled with p = %{x:.4f}<extra></extra>"))
-    fig.add_trace(go.Bar(x=cut, y=labels, orientation="h", name="cut (reason)", marker_color=CUT_COLOR,
-                         text=[f"cut by {r}" if r else "" for r in reasons], textposition="outside",
-                         cliponaxis=False, hovertemplate="%{y}: %{text}, p before = %{x:.4f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=list(base_probs), y=labels, mode="markers", name="before the cut",
+                         hovertemplate="%{customdata}: sampled with p = %{x:.4f}<extra></extra>"))
+    fig.add_trace(go.Bar(x=cut, y=pos, customdata=labels, orientation="h", name="cut (reason)",
+                         marker_color=CUT_COLOR, text=[f"cut by {r}" if r else "" for r in reasons],
+                         textposition="outside", cliponaxis=False,
+                         hovertemplate="%{customdata}: %{text}, p before = %{x:.4f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=list(base_probs), y=pos, customdata=labels, mode="markers", name="before the cut",
                              marker={"symbol": "line-ns-open", "size": 14, "color": BASE_COLOR,
                                      "line": {"width": 3, "color": BASE_COLOR}},
-                             hovertemplate="%{y}: p before the cut = %{x:.4f}<extra></extra>"))
+                             hovertemplate="%{customdata}: p before the cut = %{x:.4f}<extra></extra>"))
     fig.update_layout(barmode="overlay", bargap=0.25)
     fig.update_xaxes(title_text="probability", range=[0, 1.2], tickformat=".0%")
-    fig.update_yaxes(type="category", autorange="reversed", title_text="next-token candidates")
+    fig.update_yaxes(title_text="next-token candidates", **token_axis(labels))
     return _style(fig, title or "Which candidates survive the filters", height=max(420, 110 + 26 * len(labels)))
 
 

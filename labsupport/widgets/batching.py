@@ -8,6 +8,8 @@ import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
+from labsupport.widgets.snapshot import Panel
+
 from ..engine.metrics import RequestMetrics, goodput, meets_slo, request_throughput
 from ..kv import decode_throughput, step_time, throughput_ceiling
 from ..serving_math import batching_report
@@ -88,7 +90,7 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
     kv.observe(redraw, "value")
     wt.observe(redraw, "value")
     redraw()
-    box = W.VBox([W.HBox([wt, kv]), info, fig, error])
+    box = Panel([W.HBox([wt, kv]), info, fig, error])
     box.error = error
     return box
 
@@ -168,7 +170,7 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     for s in (spread_s, bsz, nreq):
         s.observe(redraw, "value")
     redraw()
-    box = W.VBox([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), fig, error])
+    box = Panel([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), fig, error])
     box.error = error
     return box
 
@@ -231,7 +233,7 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
     ttft_s.observe(redraw, "value")
     tpot_s.observe(redraw, "value")
     redraw()
-    box = W.VBox([W.HBox([ttft_s, tpot_s]), info, W.HBox([scatter, bars]), error])
+    box = Panel([W.HBox([ttft_s, tpot_s]), info, W.HBox([scatter, bars]), error])
     box.error = error
     return box
 
@@ -282,6 +284,6 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
 
     for s in (rate_s, long_s, chunk_s):
         s.observe(redraw, "value")
-    box = W.VBox([W.HBox([rate_s, long_s, chunk_s]), fig, error])
+    box = Panel([W.HBox([rate_s, long_s, chunk_s]), fig, error])
     box.error = error
     return box

@@ -16,6 +16,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from IPython.display import HTML
 
+from labsupport.widgets.snapshot import Panel
+
 from ..beam import beam_search
 from ..generation import generate
 from ..models import LoadedModel
@@ -125,4 +127,4 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
     for control in (prompt_box, width, steps, alpha, early):
         control.observe(redraw, names="value")
     controls = widgets.VBox([prompt_box, widgets.HBox([width, steps]), widgets.HBox([alpha, early])])
-    return widgets.VBox([controls, tree, summary, out])
+    return Panel([controls, tree, summary, out])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from labsupport.widgets.snapshot import Panel
+
 from .. import kv
 from ..viz.kv import kv_cells_figure, kv_counts_figure, memory_figure
 from .beam import show_figure
@@ -79,7 +81,7 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
 
     for control in (P, n, step_w):
         control.observe(redraw, names="value")
-    box = widgets.VBox([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts, error])
+    box = Panel([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts, error])
     box.error = error
     return box
 
@@ -152,7 +154,6 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
 
     for control in (model, attention, precision, length, batch_w):
         control.observe(redraw, names="value")
-    box = widgets.VBox([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart,
-                       error])
+    box = Panel([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart, error])
     box.error = error
     return box

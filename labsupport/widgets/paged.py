@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from labsupport.widgets.snapshot import Panel
+
 from ..sim.fragmentation import Workload, compare
 from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
 from .beam import show_figure
@@ -136,7 +138,7 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
     step.layout.width = "380px"
     controls = W.HBox([W.VBox([reservation, bsize, rate], layout=W.Layout(min_width="430px")),
                        W.VBox([W.HBox([play, step]), table])])
-    box = W.VBox([controls, grid_fig, line_fig, error])
+    box = Panel([controls, grid_fig, line_fig, error])
     box.error = error
     return box
 
@@ -204,6 +206,6 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
             info.value = describe(frames[k])
 
     slider.observe(redraw, "value")
-    box = W.VBox([slider, info, out, error])
+    box = Panel([slider, info, out, error])
     box.error = error
     return box

@@ -38,6 +38,7 @@ from labsupport.sampling import (
 from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
 from labsupport.widgets.common import panel_int, panel_real
+from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
 
@@ -103,33 +104,59 @@ def _stat(name: str, value: str) -> str:
             f"{name}</div><div style='font-size:22px;font-weight:600'>{value}</div></div>")
 
 
+def _set_token_axis(figure: go.FigureWidget, fresh: go.Figure) -> None:
+    """Give ``figure`` the token labels of ``fresh`` (tick positions/labels of both y axes, hover text)."""
+    with figure.batch_update():
+        for name in ("yaxis", "yaxis2"):
+            axis = fresh.layout[name] if name in fresh.layout else None  # noqa: SIM401 - a Layout has no .get
+            if axis is not None and axis.ticktext is not None and name in figure.layout:
+                figure.layout[name].tickvals = list(axis.tickvals)
+                figure.layout[name].ticktext = list(axis.ticktext)
+    for old, new in zip(figure.data, fresh.data):
+        if new.customdata is not None:
+            old.customdata = list(new.customdata)
+
+
+EDIT_RANGE = 50.0           # the edit sliders span [−50, 50]: fixed, so the browser never re-clamps a value
+
+
 def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, temperature: float = 1.0,
-                      top_n: int = 20, shift: float = 10.0) -> widgets.VBox:
-    """Temperature and distribution, on the real model.
+                      top_n: int = 20, shift: float = 10.0, edit_n: int = 2) -> widgets.VBox:
+    """Temperature and the next-token distribution, on the real model or on logits you edit.
 
     Controls: an editable prompt, a temperature slider (0 = greedy … 3), a button that adds
-    ``shift`` to *every* logit and one that resets it. Shows the logits and probabilities of
-    the ``top_n`` most likely next tokens, the maximum probability, the entropy (bits),
-    the perplexity ``2^H`` and the number of candidates needed for 90 % of the mass, computed
-    over the whole vocabulary with ``labsupport.sampling``. After a shift it also shows the
-    largest change of any probability (zero up to float32 rounding: shift invariance).
+    ``shift`` to *every* logit and one that resets it, and a mode switch:
+
+    * **real model** — the logits and probabilities of the ``top_n`` most likely next tokens;
+      maximum probability, entropy (bits), perplexity ``2^H`` and the candidates needed for 90 %
+      of the mass are computed over the whole vocabulary with ``labsupport.sampling``.
+    * **edit logits** — only the ``edit_n`` most likely candidates, each with a slider for its
+      logit (starting at the model's value); ``p = softmax(z / T)`` over that small set. Raising
+      the second logit to equal the first gives 50 % / 50 % and 1 bit of entropy.
+
+    After a shift it also shows the largest change of any probability (zero up to float32
+    rounding: shift invariance).
 
     Args:
         lm: a loaded model (``labsupport.models.load_model``).
         prompt: the starting prompt.
         temperature: starting T, in [0, 3].
-        top_n: candidates shown as bars (≥ 1; at most the vocabulary).
+        top_n: candidates shown as bars in the real-model mode (≥ 1; at most the vocabulary).
         shift: the constant the shift button adds to all logits.
+        edit_n: candidates in the edit mode, in [2, 6].
 
     Returns:
-        The panel (``ipywidgets.VBox``) with ``controls``, ``figure``, ``update``, ``cache``.
+        The panel (``ipywidgets.VBox``) with ``controls`` (``"mode"``, ``"edit"``: the list of
+        logit sliders, …), ``figure``, ``stats``, ``update``, ``cache``.
 
     Raises:
-        ValueError: ``top_n`` < 1 or ``temperature`` outside [0, 3].
+        ValueError: ``top_n`` < 1, ``edit_n`` outside [2, 6] or ``temperature`` outside [0, 3].
     """
     check_int("top_n", top_n, 1)
+    check_int("edit_n", edit_n, 2, 6)
     check_real("temperature", temperature, 0, 3, hint=" for this panel")
     top_n = min(top_n, lm.model.config.vocab_size)
+    edit_n = min(edit_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
     prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
                               layout=widgets.Layout(width="95%"), style=_WIDE)
@@ -139,36 +166,87 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     shift_button = widgets.Button(description=f"add {shift:+g} to every logit", icon="plus",
                                   layout=widgets.Layout(width="auto"))
     reset_button = widgets.Button(description="reset shift", layout=widgets.Layout(width="auto"))
+    mode = widgets.ToggleButtons(options=[("real model", "model"), (f"edit logits ({edit_n} candidates)", "edit")],
+                                 value="model", style={"button_width": "auto"})
+    edit_sliders = [widgets.FloatSlider(value=0.0, min=-EDIT_RANGE, max=EDIT_RANGE, step=0.1, description=f"z{k + 1}",
+                                        continuous_update=True, readout_format=".1f", style=_WIDE,
+                                        layout=widgets.Layout(width="48%")) for k in range(edit_n)]
+    edit_box = widgets.HBox(edit_sliders, layout=widgets.Layout(flex_flow="row wrap", display="none"))
     stats = widgets.HTML()
-    state = {"offset": 0.0, "top": None}
+    state = {"offset": 0.0, "edit_ids": None, "edit_prompt": None, "busy": False}
     figure = go.FigureWidget(distribution_figure(["…"] * top_n, [0.0] * top_n, [0.0] * top_n))
 
-    def update(*_):
+    def load_edit_set(ids_logits) -> None:
+        """Start the edit sliders at the model's logits of its ``edit_n`` most likely candidates."""
+        _, logits = ids_logits
+        top = torch.topk(logits, edit_n).indices.tolist()
+        labels = _labels(lm, top)
+        state["busy"] = True                                   # one redraw, not one per slider
         try:
-            ids, logits = cache.get(prompt_box.value)
+            for k, (slider, i) in enumerate(zip(edit_sliders, top)):
+                value = round(float(logits[i]), 1)
+                if not -EDIT_RANGE <= value <= EDIT_RANGE:
+                    raise ValueError(f"logit {value:g} of {labels[k]!r} is outside the edit sliders' range "
+                                     f"[{-EDIT_RANGE:g}, {EDIT_RANGE:g}]; use the real-model mode for this prompt")
+                slider.value = value
+                slider.description = f"z({labels[k]})"
+            state["edit_ids"], state["edit_prompt"] = top, prompt_box.value
+        finally:
+            state["busy"] = False
+
+    def update(*_):
+        if state["busy"]:
+            return
+        try:
+            ids_logits = cache.get(prompt_box.value)
         except (TypeError, ValueError) as err:
             stats.value = _error_html(err)
             return
-        t = float(t_slider.value)
-        params = SamplingParams(temperature=t)
-        z = logits + state["offset"]                               # (vocab,) shifted logits
-        p = probs_from_logits(z, params)                           # (vocab,) over the whole vocabulary
-        p_unshifted = probs_from_logits(logits, params)
-        top = torch.topk(logits, top_n).indices.tolist()           # order does not depend on T or shift
-        h = float(entropy_bits(p))
-        _refresh(figure, distribution_figure(_labels(lm, top), z[top].tolist(), p[top].tolist()))
-        figure.layout.xaxis2.title.text = f"probability p at T = {t:g}" + (" (greedy)" if t == 0 else "")
-        figure.layout.title.text = f"Next token after “{html.escape(prompt_box.value[-40:])}”"
-        parts = [_stat("max probability", f"{100 * float(p.max()):.1f} %"),
-                 _stat("entropy H", f"{h:.2f} bits"),
-                 _stat("perplexity 2<sup>H</sup>", f"{float(perplexity(p)):.1f}"),
-                 _stat("candidates for 90 %", f"{candidates_for_mass(p, 0.9):,} of {p.numel():,}")]
-        if state["offset"]:
-            dp = float((p - p_unshifted).abs().max())
-            parts.append(_stat(f"logits shifted by {state['offset']:+g}: max |Δp|", f"{dp:.1e}"))
-        if cache.truncated:
-            parts.append(f"<div>(prompt cut to its last {len(ids)} tokens)</div>")
-        stats.value = "".join(parts)
+        try:
+            ids, logits = ids_logits
+            t = float(t_slider.value)
+            params = SamplingParams(temperature=t)
+            editing = mode.value == "edit"
+            edit_box.layout.display = "flex" if editing else "none"
+            if editing:
+                if state["edit_ids"] is None or state["edit_prompt"] != prompt_box.value:
+                    load_edit_set(ids_logits)
+                top = state["edit_ids"]
+                base = torch.tensor([float(s.value) for s in edit_sliders])      # (edit_n,) edited logits
+                z, p = base + state["offset"], probs_from_logits(base + state["offset"], params)
+                p_unshifted = probs_from_logits(base, params)
+                bars_z, bars_p = z.tolist(), p.tolist()
+                scope = f"over these {edit_n} candidates only"
+            else:
+                z = logits + state["offset"]                           # (vocab,) shifted logits
+                p = probs_from_logits(z, params)                       # (vocab,) over the whole vocabulary
+                p_unshifted = probs_from_logits(logits, params)
+                top = torch.topk(logits, top_n).indices.tolist()       # order does not depend on T or shift
+                bars_z, bars_p = z[top].tolist(), p[top].tolist()
+                scope = f"over all {p.numel():,} tokens"
+            order = sorted(range(len(top)), key=lambda k: -bars_z[k]) if editing else list(range(len(top)))
+            labels = _labels(lm, top)
+            fresh = distribution_figure([labels[k] for k in order], [bars_z[k] for k in order],
+                                        [bars_p[k] for k in order])
+            _refresh(figure, fresh)
+            _set_token_axis(figure, fresh)
+            figure.layout.yaxis.title.text = (f"{edit_n} candidates (edited)" if editing else f"top {top_n} next tokens")
+            figure.layout.xaxis2.title.text = f"probability p at T = {t:g}" + (" (greedy)" if t == 0 else "")
+            figure.layout.title.text = f"Next token after “{html.escape(prompt_box.value[-40:])}”"
+            h = max(0.0, float(entropy_bits(p)))
+            parts = [_stat("max probability", f"{100 * float(p.max()):.1f} %"),
+                     _stat(f"entropy H ({scope})", f"{h:.2f} bits"),
+                     _stat("perplexity 2<sup>H</sup>", f"{float(perplexity(p)):.2f}" if editing
+                           else f"{float(perplexity(p)):.1f}"),
+                     _stat("candidates for 90 %", f"{candidates_for_mass(p, 0.9):,} of {p.numel():,}")]
+            if state["offset"]:
+                dp = float((p - p_unshifted).abs().max())
+                parts.append(_stat(f"logits shifted by {state['offset']:+g}: max |Δp|", f"{dp:.1e}"))
+            if cache.truncated:
+                parts.append(f"<div>(prompt cut to its last {len(ids)} tokens)</div>")
+            stats.value = "".join(parts)
+        except Exception as err:  # noqa: BLE001 - a panel never throws into the notebook
+            stats.value = _error_html(err)
 
     def on_shift(_):
         state["offset"] += shift
@@ -176,15 +254,21 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
 
     def on_reset(_):
         state["offset"] = 0.0
+        if mode.value == "edit":
+            state["edit_ids"] = None                              # back to the model's logits
         update()
 
     prompt_box.observe(update, names="value")
     t_slider.observe(update, names="value")
+    mode.observe(update, names="value")
+    for slider in edit_sliders:
+        slider.observe(update, names="value")
     shift_button.on_click(on_shift)
     reset_button.on_click(on_reset)
     update()
-    box = widgets.VBox([prompt_box, widgets.HBox([t_slider, shift_button, reset_button]), stats, figure])
-    box.controls = {"prompt": prompt_box, "temperature": t_slider, "shift": shift_button, "reset": reset_button}
+    box = Panel([prompt_box, widgets.HBox([t_slider, shift_button, reset_button]), mode, edit_box, stats, figure])
+    box.controls = {"prompt": prompt_box, "temperature": t_slider, "shift": shift_button, "reset": reset_button,
+                    "mode": mode, "edit": edit_sliders}
     box.figure, box.stats, box.update, box.cache = figure, stats, update, cache
     return box
 
@@ -293,8 +377,10 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
             return
         trace = trace_filters(logits, sp, prev_ids=ids, prompt_lens=len(ids))
         top = torch.topk(trace.base_probs, top_n).indices.tolist()
-        _refresh(figure, filter_figure(_labels(lm, top), trace.base_probs[top].tolist(),
-                                       trace.final_probs[top].tolist(), [trace.reason[i] for i in top]))
+        fresh = filter_figure(_labels(lm, top), trace.base_probs[top].tolist(),
+                              trace.final_probs[top].tolist(), [trace.reason[i] for i in top])
+        _refresh(figure, fresh)
+        _set_token_axis(figure, fresh)
         cut = Counter(r for r in trace.reason if r)
         cut_text = ", ".join(f"{n:,} by {name}" for name, n in cut.items()) or "none"
         stats.value = (_stat("candidates kept", f"{trace.num_kept:,} of {len(trace.reason):,}")
@@ -332,7 +418,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                         layout=widgets.Layout(width="50%"))
     right = widgets.VBox([controls[k] for k in ("repetition_penalty", "frequency_penalty", "presence_penalty",
                                                 "max_new_tokens", "samples")], layout=widgets.Layout(width="50%"))
-    box = widgets.VBox([controls["prompt"], widgets.HBox([left, right]), stats, figure, continuation, output])
+    box = Panel([controls["prompt"], widgets.HBox([left, right]), stats, figure, continuation, output])
     box.controls, box.figure, box.update, box.cache = controls, figure, update, cache
     box.samples, box.output, box.stats, box.continuation = samples, output, stats, continuation
     return box

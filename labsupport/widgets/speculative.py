@@ -31,6 +31,7 @@ from labsupport.speculative import (
 )
 from labsupport.viz.speculative import rounds_figure, speedup_curve_figure
 from labsupport.widgets.common import guarded, panel_int, panel_real
+from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
 
@@ -137,7 +138,7 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
     for w in controls.values():
         w.observe(update, names="value")
     update()
-    box = widgets.VBox([widgets.HBox([controls["alpha"], controls["gamma"]]),
+    box = Panel([widgets.HBox([controls["alpha"], controls["gamma"]]),
                         widgets.HBox([controls["c"], controls["s"]]), stats, curve, strip, error])
     box.error = error
     box.controls, box.figures, box.stats, box.update = controls, (curve, strip), stats, update
@@ -210,7 +211,7 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
     for w in controls.values():
         w.observe(update, names="value")
     update()
-    box = widgets.VBox([controls["proposer"], widgets.HBox([controls["gamma"], controls["temperature"]]),
+    box = Panel([controls["proposer"], widgets.HBox([controls["gamma"], controls["temperature"]]),
                         controls["seed"], stats, figure, text, error])
     box.error = error
     box.controls, box.figure, box.stats, box.update, box.state = controls, figure, stats, update, state

@@ -1,0 +1,238 @@
+"""Benchmark of the cheap-draft speculative variants in the paged engine (one torch thread).
+
+    python -m labsupport.bench speculative-variants [--max-new-tokens 48] [--repeats 3] [--quick]
+
+(also run at the end of ``python -m labsupport.bench speculative``). For plain decoding,
+self-speculation (k = 1, 2, 3 layers), Medusa heads (a chain and a token tree) and lookahead,
+on the prose and the repetitive prompt, at batch 1 and 8, it measures in one run:
+
+* α per position (acceptance at draft depth i, given depth i was reached) and tokens per
+  target forward;
+* the draft cost per round ``c_round`` (drafting seconds per round) and the verification cost
+  ``v`` (verifying seconds per round: the forward over all nodes, acceptance, KV compaction), both
+  in units of one plain round of the same run, and ``v_forward``: a bare target forward over the
+  round's mean number of nodes timed apart (fastest of repeats), for comparison;
+* the predicted speed-up ``tokens per round / (c_round + v)`` and the measured wall-clock
+  speed-up over plain decoding through the same engine (median of interleaved repeats);
+* extra memory (parameters; nodes per round);
+* and for the best method at batch 1, the speed-up at batch 1, 2, 4, 8, 16 (where it stops paying).
+
+The measuring functions are used by chapter 07 as well. Nothing is tuned to show a gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from labsupport.engine.block_manager import BlockManager
+from labsupport.engine.model_runner import ModelRunner
+from labsupport.models import LoadedModel
+from labsupport.sampling import GREEDY, SamplingParams
+from labsupport.speculative import PROSE, REPETITIVE
+from labsupport.speculative.lookahead import LookaheadProposer
+from labsupport.speculative.medusa import MedusaProposer, load_medusa
+from labsupport.speculative.self_spec import SelfSpecProposer
+from labsupport.speculative.tree import tree_forward
+from labsupport.speculative.variants import VariantEngine
+from labsupport.validation import check_int
+
+SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
+
+
+def default_methods(target: LoadedModel, heads=None) -> dict[str, Callable[[], object]]:
+    """Name → factory of a fresh proposer (``None`` = plain decoding), the chapter's line-up."""
+    heads = heads if heads is not None else load_medusa()
+    return {"plain": lambda: None,
+            "self-spec k=1": lambda: SelfSpecProposer(1, 3), "self-spec k=2": lambda: SelfSpecProposer(2, 3),
+            "self-spec k=3": lambda: SelfSpecProposer(3, 3),
+            "medusa chain": lambda: MedusaProposer(heads, widths=(1, 1, 1)),
+            "medusa tree": lambda: MedusaProposer(heads, widths=(3, 2, 1)),
+            "lookahead": lambda: LookaheadProposer(window=4, ngram=4, max_candidates=3)}
+
+
+@torch.no_grad()
+def forward_costs(target: LoadedModel, context: Sequence[int], sizes: Sequence[int], batch: int = 1,
+                  repeats: int = 10) -> dict[int, float]:
+    """Seconds of one paged target forward over ``n`` new tokens for each of ``batch`` sequences holding
+    ``context`` (fastest of the repeats, after two warm-ups; the sizes interleaved)."""
+    blocks = batch * (-(-(len(context) + max(sizes)) // 16) + 1)
+    runner, bm = ModelRunner(target, 16, blocks), BlockManager(blocks, 16)
+    tree_forward(runner, bm, {b: (list(context), None) for b in range(batch)})
+    best = {n: float("inf") for n in sizes}
+    for r in range(repeats + 2):
+        for n in sizes:
+            t0 = time.perf_counter()
+            tree_forward(runner, bm, {b: ([context[-1]] * n, None) for b in range(batch)})
+            if r >= 2:
+                best[n] = min(best[n], time.perf_counter() - t0)
+            for b in range(batch):
+                bm.truncate(b, len(context))
+    return best
+
+
+@dataclass
+class MethodRow:
+    """One method × prompt × batch of :func:`measure_methods` (times in seconds)."""
+
+    method: str
+    prompt: str
+    batch: int
+    alpha_by_position: list[float]
+    tokens_per_round: float
+    nodes_per_round: float          # tokens fed per sequence per verification forward (root included)
+    c_round: float                  # drafting time per round / one plain round
+    v: float                        # verification time per round / one plain round
+    v_forward: float                # a bare forward over the mean nodes / a bare 1-token forward (timed apart)
+    predicted: float                # tokens_per_round / (c_round + v)
+    measured: float                 # plain seconds / method seconds, same engine, medians
+    seconds: float
+    plain_seconds: float
+    extra_parameters: int
+    tree_kv_bytes: int              # KV bytes of the candidates per sequence while a round is verified
+    identical: bool                 # output token-identical to plain (greedy)
+
+
+def _run(target, make, prompts, params, max_new, block_size=16):
+    proposer = make()
+    blocks = len(prompts) * ((len(prompts[0]) + max_new + 8) // block_size + 2)
+    eng = VariantEngine(target, proposer, block_size=block_size, num_blocks=blocks, max_num_seqs=len(prompts))
+    t0 = time.perf_counter()
+    outs = eng.generate(prompts, params, max_new)
+    return time.perf_counter() - t0, eng, outs
+
+
+def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]], prompts: dict[str, str],
+                    batches: Sequence[int] = (1, 8), max_new_tokens: int = 48, repeats: int = 3,
+                    params: SamplingParams = GREEDY) -> list[MethodRow]:
+    """Every method against plain decoding, interleaved repeats, medians; see the module docstring.
+
+    Raises:
+        TypeError / ValueError: ``repeats`` or ``max_new_tokens`` not an integer >= 1.
+    """
+    check_int("repeats", repeats, 1)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    params = SamplingParams(**{**asdict(params), "ignore_eos": True}) if not params.ignore_eos else params
+    rows = []
+    for pname, text in prompts.items():
+        ids = target.encode(text)
+        for batch in batches:
+            fwd = forward_costs(target, ids + ids[-1:] * (max_new_tokens // 2), SIZES, batch, repeats=5)
+            times = {m: [] for m in methods}
+            timed = {m: [] for m in methods}                   # (seconds, drafting s, verifying s, rounds) per run
+            runs = {}
+            for r in range(repeats + 1):                         # the first pass is a warm-up
+                for m, make in methods.items():
+                    dt, eng, outs = _run(target, make, [ids] * batch, params, max_new_tokens)
+                    if r:
+                        times[m].append(dt)
+                        timed[m].append((dt, eng.draft_seconds, eng.target_seconds, eng.num_rounds))
+                    runs[m] = (eng, outs)
+            # the parts come from each method's median run, like the measured time (one busy spike
+            # in another run must not enter the prediction and not the measurement)
+            parts = {m: sorted(timed[m])[(len(timed[m]) - 1) // 2][1:] for m in methods}
+            plain_s = sorted(times["plain"])[(len(times["plain"]) - 1) // 2]
+            parts_s = {m: sorted(times[m])[(len(times[m]) - 1) // 2] for m in methods}
+            plain_outs = runs["plain"][1]
+            t_round = (parts["plain"][0] + parts["plain"][1]) / parts["plain"][2]
+            for m in methods:
+                eng, outs = runs[m]
+                st = outs[0].stats
+                nodes = eng.num_verified_tokens / eng.num_rounds / batch
+                t_nodes = float(np.interp(nodes, SIZES, [fwd[n] for n in SIZES]))
+                c = parts[m][0] / parts[m][2] / t_round
+                v = parts[m][1] / parts[m][2] / t_round
+                tpr = sum(o.stats.produced for o in outs) / sum(o.stats.rounds for o in outs)
+                heads = getattr(eng.proposer, "heads", None)
+                rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
+                                      tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,
+                                      v_forward=t_nodes / fwd[1],
+                                      predicted=tpr / (c + v), measured=plain_s / parts_s[m], seconds=parts_s[m], plain_seconds=plain_s,
+                                      extra_parameters=heads.num_parameters if heads is not None else 0,
+                                      tree_kv_bytes=int((nodes - 1) * eng.runner.kv_bytes_per_token),
+                                      identical=[o.token_ids for o in outs] == [o.token_ids for o in plain_outs]))
+    return rows
+
+
+def batch_sweep(target: LoadedModel, make: Callable[[], object], prompt: str, batches: Sequence[int] = (1, 2, 4, 8, 16),
+                max_new_tokens: int = 32, repeats: int = 3) -> dict[int, float]:
+    """Measured speed-up of one method over plain decoding at each batch size (medians)."""
+    ids = target.encode(prompt)
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    out = {}
+    for batch in batches:
+        plain, spec = [], []
+        for r in range(repeats + 1):
+            a = _run(target, lambda: None, [ids] * batch, params, max_new_tokens)[0]
+            b = _run(target, make, [ids] * batch, params, max_new_tokens)[0]
+            if r:
+                plain.append(a)
+                spec.append(b)
+        out[batch] = statistics.median(plain) / statistics.median(spec)
+    return out
+
+
+def print_rows(rows: list[MethodRow]) -> None:
+    hdr = (f"{'prompt':<10} {'batch':>5} {'method':<14} {'α by position':<18} {'tok/fwd':>7} {'nodes':>5} "
+           f"{'c':>5} {'v':>5} {'v_fwd':>5} {'pred':>5} {'meas':>5} {'Δ%':>5} {'params':>7} {'KV kB':>5} {'same':>5}")
+    print(hdr + "\n" + "-" * len(hdr))
+    for r in rows:
+        a = " ".join("  - " if math.isnan(x) else f"{x:.2f}" for x in r.alpha_by_position[:3])
+        d = 100 * (r.predicted - r.measured) / r.measured
+        print(f"{r.prompt:<10} {r.batch:>5} {r.method:<14} {a:<18} {r.tokens_per_round:>7.2f} {r.nodes_per_round:>5.1f} "
+              f"{r.c_round:>5.2f} {r.v:>5.2f} {r.v_forward:>5.2f} {r.predicted:>5.2f} {r.measured:>5.2f} {d:>5.0f} {r.extra_parameters:>7} "
+              f"{r.tree_kv_bytes / 1e3:>5.0f} {r.identical!s:>5}")
+    print("α by position: acceptance at draft depth 1, 2, 3 given it was reached; tok/fwd: tokens per target "
+          "forward; nodes: tokens verified per forward; c: drafting and v: verifying per round, both in plain "
+          "rounds of the same run; v_fwd: a bare forward over that many nodes / one token, timed apart; params: "
+          "extra weights; KV kB: the candidates' KV per sequence during verification; pred = tok/fwd / (c + v); meas: wall-clock speed-up over plain decoding.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m labsupport.bench speculative-variants``."""
+    ap = argparse.ArgumentParser(prog="python -m labsupport.bench speculative-variants",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1 repeat, 32 tokens, batch 1 only")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from labsupport.models import load_model
+    target = load_model("tiny-gpt2", device="cpu")
+    if args.quick:
+        args.repeats, args.max_new_tokens = 1, 32
+    methods = default_methods(target)
+    print(f"speculative variants: tiny-gpt2, {args.max_new_tokens} new tokens, greedy, median of {args.repeats}, "
+          f"torch threads {torch.get_num_threads()}")
+    rows = measure_methods(target, methods, {"prose": PROSE, "repetitive": REPETITIVE},
+                           batches=(1,) if args.quick else (1, 8), max_new_tokens=args.max_new_tokens,
+                           repeats=args.repeats)
+    print_rows(rows)
+    best = max((r for r in rows if r.batch == 1 and r.method != "plain"), key=lambda r: r.measured)
+    print(f"\nbest at batch 1: {best.method} on the {best.prompt} prompt, {best.measured:.2f}× "
+          f"(goal 1.5×: {'met' if best.measured >= 1.5 else 'missed'}), output identical: {best.identical}")
+    sweep = batch_sweep(target, methods[best.method], PROSE if best.prompt == "prose" else REPETITIVE,
+                        batches=(1, 2, 4) if args.quick else (1, 2, 4, 8, 16), max_new_tokens=args.max_new_tokens,
+                        repeats=args.repeats)
+    from labsupport.speculative.policy import break_even_batch
+    print("speed-up by batch size: " + "  ".join(f"{b}: {s:.2f}×" for b, s in sweep.items())
+          + f"; stops paying at batch {break_even_batch(sweep)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": [asdict(r) for r in rows], "sweep": sweep}, f, indent=1, default=float)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

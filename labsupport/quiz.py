@@ -1,0 +1,143 @@
+"""Auto-checked quiz questions: multiple choice and numeric answers with a tolerance.
+
+Each question's ``check(answer)`` returns ``(ok, explanation)`` and never raises for a bad
+answer (a wrong type or an empty answer is a wrong answer with a message saying what to give);
+it raises only when the *question* is built wrong (``TypeError`` / ``ValueError`` from the
+constructor, through ``labsupport.validation``). ``labsupport.widgets.quiz.quiz_panel`` shows the
+same questions with buttons; ``Quiz.answer(i, value)`` and ``Quiz.report(answers)`` are the plain
+function calls that nbval runs.
+
+The right answers of numeric questions are meant to be *computed* by ``labsupport`` (e.g.
+``kv.kv_bytes_per_token``), not typed in, so a quiz never drifts from the code it teaches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from labsupport.validation import check_int, check_real, check_type
+
+RIGHT, WRONG = "✓", "✗"
+
+
+@dataclass(frozen=True)
+class MultipleChoice:
+    """One question with ``options``; ``answer`` is the index (0-based) of the right option.
+
+    ``why_not`` optionally maps a wrong option's index to a sentence on why it is wrong.
+
+    Raises:
+        TypeError: ``prompt``/``explanation`` not strings, ``options`` not strings, ``answer`` not an int.
+        ValueError: fewer than two options, or ``answer`` not an option's index.
+    """
+
+    prompt: str
+    options: Sequence[str]
+    answer: int
+    explanation: str
+    why_not: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        check_type("prompt", self.prompt, str)
+        check_type("explanation", self.explanation, str)
+        if isinstance(self.options, str) or len(self.options) < 2:
+            raise ValueError(f"options must be a sequence of at least 2 strings, got {self.options!r}")
+        for o in self.options:
+            check_type("option", o, str)
+        check_int("answer", self.answer, 0, len(self.options) - 1)
+        for k in self.why_not:
+            check_int("why_not key", k, 0, len(self.options) - 1)
+
+    def check(self, answer) -> tuple[bool, str]:
+        """``answer``: an option index (int) or the option's text. Returns ``(ok, explanation)``."""
+        if isinstance(answer, str) and answer in self.options:
+            answer = list(self.options).index(answer)
+        if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(self.options):
+            return False, f"choose one of the options 0–{len(self.options) - 1} (got {answer!r})"
+        if answer == self.answer:
+            return True, self.explanation
+        return False, self.why_not.get(answer, "not this one — think again about what the question asks")
+
+
+@dataclass(frozen=True)
+class Numeric:
+    """A question answered by a number; right when within ``rel_tol`` (relative) or ``abs_tol``.
+
+    ``unit`` is shown after the number (e.g. ``"tokens/s"``); ``hint`` is shown on a wrong answer,
+    and never the answer itself.
+
+    Raises:
+        TypeError: non-string text, non-number ``answer`` or tolerances.
+        ValueError: non-finite ``answer``, negative tolerances, or both tolerances zero.
+    """
+
+    prompt: str
+    answer: float
+    explanation: str
+    rel_tol: float = 0.02
+    abs_tol: float = 0.0
+    unit: str = ""
+    hint: str = ""
+
+    def __post_init__(self):
+        for name in ("prompt", "explanation", "unit", "hint"):
+            check_type(name, getattr(self, name), str)
+        check_real("answer", self.answer)
+        check_real("rel_tol", self.rel_tol, 0.0)
+        check_real("abs_tol", self.abs_tol, 0.0)
+        if self.rel_tol == 0 and self.abs_tol == 0:
+            raise ValueError("rel_tol and abs_tol are both 0: give a tolerance (rel_tol=0.02 means ±2 %)")
+
+    def check(self, answer) -> tuple[bool, str]:
+        """``answer``: a number or a string holding one (``"2.73"``, ``"1,234"``). Returns ``(ok, explanation)``."""
+        value = answer
+        if isinstance(answer, str):
+            try:
+                value = float(answer.replace(",", "").replace("_", "").strip())
+            except ValueError:
+                return False, f"give a number{' in ' + self.unit if self.unit else ''} (got {answer!r})"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+            return False, f"give a finite number{' in ' + self.unit if self.unit else ''} (got {answer!r})"
+        if math.isclose(float(value), self.answer, rel_tol=self.rel_tol, abs_tol=self.abs_tol):
+            return True, self.explanation
+        direction = "too high" if value > self.answer else "too low"
+        return False, f"{value:g} is {direction}." + (f" Hint: {self.hint}" if self.hint else "")
+
+
+Question = MultipleChoice | Numeric
+
+
+class Quiz:
+    """An ordered list of questions with plain-call checking (``answer``) and a summary (``report``)."""
+
+    def __init__(self, questions: Sequence[Question], title: str = "Quiz"):
+        if not questions:
+            raise ValueError("a quiz needs at least one question, got none")
+        for q in questions:
+            check_type("question", q, (MultipleChoice, Numeric))
+        self.questions = list(questions)
+        self.title = check_type("title", title, str)
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def answer(self, index: int, value) -> tuple[bool, str]:
+        """Check ``value`` against question ``index`` (0-based); returns ``(ok, explanation)``."""
+        check_int("index", index, 0, len(self.questions) - 1)
+        return self.questions[index].check(value)
+
+    def report(self, answers: Sequence) -> str:
+        """One line per question, ``✓``/``✗`` + explanation, then the score. ``None`` = not answered."""
+        lines, score = [], 0
+        for i, q in enumerate(self.questions):
+            given = answers[i] if i < len(answers) else None
+            if given is None:
+                lines.append(f"Q{i + 1} – not answered")
+                continue
+            ok, why = q.check(given)
+            score += ok
+            lines.append(f"Q{i + 1} {RIGHT if ok else WRONG} {why}")
+        lines.append(f"score: {score} / {len(self.questions)}")
+        return "\n".join(lines)

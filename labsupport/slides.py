@@ -1,0 +1,137 @@
+"""Offline reveal.js slide decks of the chapters: ``python -m labsupport.slides`` (``make slides``).
+
+    python -m labsupport.slides chapters/*.ipynb --out build/slides [--no-execute]
+
+Each chapter is executed (kernel ``python3``) and exported with nbconvert's reveal.js exporter
+through the template ``labsupport/slides_template/offline``. Everything the deck loads is a
+local file copied next to it, under ``<out>/vendor/``, from installed Python packages:
+
+* reveal.js — from ``sphinx-revealjs`` (``_static/revealjs``),
+* MathJax 2 — from ``jupyter-server-mathjax`` (``static``),
+* plotly.js — from ``plotly`` (``package_data/plotly.min.js``).
+
+So the decks open from disk with no network (a CDN is never contacted at view time). Figures
+become static plotly charts; each live panel (:class:`labsupport.widgets.snapshot.Panel`) is
+shown by its static snapshot (figures, readouts, control values at the moment it was built).
+Live sliders need a kernel: present from JupyterLab (``jupyterlab-slideshow``) for those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+TEMPLATES = Path(__file__).resolve().parent / "slides_template"
+# output priority in the deck: the snapshot's HTML before a widget view (which needs a kernel)
+DISPLAY_PRIORITY = ["text/html", "application/pdf", "text/latex", "image/svg+xml", "image/png", "image/jpeg",
+                    "text/markdown", "text/plain"]
+
+
+def _package_dir(module: str) -> Path:
+    import importlib
+
+    return Path(importlib.import_module(module).__file__).resolve().parent
+
+
+def vendor_sources() -> dict[str, Path]:
+    """Where the local copies come from: ``{"reveal.js": dir, "mathjax": dir, "plotly.min.js": file}``.
+
+    Raises:
+        ModuleNotFoundError: a package of the ``slides`` extra is missing (``pip install -e ".[slides]"``).
+    """
+    return {
+        "reveal.js": _package_dir("sphinx_revealjs") / "_static" / "revealjs",
+        "mathjax": _package_dir("jupyter_server_mathjax") / "static",
+        "plotly.min.js": _package_dir("plotly") / "package_data" / "plotly.min.js",
+    }
+
+
+def install_vendor(out_dir: Path) -> Path:
+    """Copy reveal.js, MathJax and plotly.js into ``out_dir/vendor`` (idempotent); returns that folder."""
+    vendor = Path(out_dir) / "vendor"
+    vendor.mkdir(parents=True, exist_ok=True)
+    for name, src in vendor_sources().items():
+        dest = vendor / name
+        if dest.exists():
+            continue
+        if src.is_dir():
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.map", "*.esm.js"))
+        else:
+            shutil.copy2(src, dest)
+    return vendor
+
+
+def _plotly_to_html_preprocessor():
+    from nbconvert.preprocessors import Preprocessor
+
+    from labsupport.widgets.snapshot import figure_html
+
+    class PlotlyToHTML(Preprocessor):
+        """Give every plotly output a static ``text/html`` chart (global ``Plotly``, no require.js)."""
+
+        def preprocess_cell(self, cell, resources, index):
+            for out in cell.get("outputs", []):
+                data = out.get("data", {})
+                if PLOTLY_MIME in data:
+                    data["text/html"] = figure_html(data[PLOTLY_MIME])
+            return cell, resources
+
+    return PlotlyToHTML
+
+
+def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int = 600) -> Path:
+    """Execute (unless ``execute=False``) and export one notebook; returns the written ``.slides.html``."""
+    import nbformat
+    from nbconvert import SlidesExporter
+    from nbconvert.preprocessors import ExecutePreprocessor
+    from traitlets.config import Config
+
+    notebook, out_dir = Path(notebook), Path(out_dir)
+    install_vendor(out_dir)
+    c = Config()
+    c.SlidesExporter.template_name = "offline"
+    c.SlidesExporter.extra_template_basedirs = [str(TEMPLATES)]
+    c.SlidesExporter.reveal_url_prefix = "vendor/reveal.js"
+    c.SlidesExporter.reveal_scroll = True
+    c.SlidesExporter.reveal_theme = "white"
+    c.SlidesExporter.reveal_width = "1280"
+    c.SlidesExporter.reveal_height = "800"
+    c.SlidesExporter.mathjax_url = f"vendor/mathjax/MathJax.js?config={MATHJAX_CONFIG}"
+    c.NbConvertBase.display_data_priority = DISPLAY_PRIORITY
+    c.TagRemovePreprocessor.enabled = True                  # a quiz shows its panel, not the code with the answers
+    c.TagRemovePreprocessor.remove_input_tags = {"quiz"}
+    nb = nbformat.read(notebook, as_version=4)
+    if execute:
+        os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only
+        ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3", store_widget_state=False)
+        ep.preprocess(nb, {"metadata": {"path": str(notebook.parent)}})
+    exporter = SlidesExporter(config=c)
+    exporter.register_preprocessor(_plotly_to_html_preprocessor(), enabled=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
+    target = out_dir / f"{notebook.stem}.slides.html"
+    target.write_text(body, encoding="utf-8")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("build/slides"))
+    parser.add_argument("--no-execute", action="store_true", help="export the notebooks' saved outputs as they are")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+    for nb in args.notebooks:
+        start = time.perf_counter()
+        target = export(nb, args.out, execute=not args.no_execute, timeout=args.timeout)
+        print(f"{nb} -> {target} ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Figures of chapter 07 (speculative variants): a verified token tree, measured vs predicted
+speed-up, speed-up against batch size.
+
+Pure functions: numbers and strings in, a ``plotly.graph_objects.Figure`` out. Colours as in
+chapter 06: green = accepted, purple = the target's own next token, grey = rejected candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from .speculative import ACCEPTED, BONUS, DISCARDED, FONT_SIZE, MEASURED, THEORY, _style
+
+__all__ = ["batch_sweep_figure", "measured_vs_predicted_figure", "token_tree_figure", "tree_layout"]
+
+
+def tree_layout(parents: Sequence[int]) -> list[tuple[float, float]]:
+    """``(x = depth, y = row)`` of every node: leaves on consecutive rows, a parent at the middle of
+    its children (a tidy layered drawing). ``parents[0] == -1``."""
+    children: dict[int, list[int]] = {i: [] for i in range(len(parents))}
+    for i, p in enumerate(parents[1:], 1):
+        children[p].append(i)
+    pos: dict[int, tuple[float, float]] = {}
+    row = [0.0]
+
+    def place(node: int, depth: int) -> float:
+        if not children[node]:
+            y, row[0] = row[0], row[0] + 1
+        else:
+            ys = [place(c, depth + 1) for c in children[node]]
+            y = (ys[0] + ys[-1]) / 2
+        pos[node] = (float(depth), y)
+        return y
+
+    place(0, 0)
+    return [pos[i] for i in range(len(parents))]
+
+
+def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Sequence[int], next_token: int | None = None,
+                      label: Callable[[int], str] | None = None, *, title: str = "Verified token tree") -> go.Figure:
+    """The tree of one round: the root (pending token), every candidate, the accepted path in green
+    and the target's own next token (purple) after it.
+
+    Traces (fixed): edges, accepted edges, nodes, next token.
+    """
+    label = label or str
+    xy = tree_layout(parents)
+    on_path = {0, *path}
+    ex, ey, ax, ay = [], [], [], []
+    for i, p in enumerate(parents[1:], 1):
+        xs, ys = (ax, ay) if i in on_path and p in on_path else (ex, ey)
+        xs += [xy[p][0], xy[i][0], None]
+        ys += [xy[p][1], xy[i][1], None]
+    colours = [BONUS if i == 0 else ACCEPTED if i in on_path else DISCARDED for i in range(len(tokens))]
+    text = [repr(label(int(t)))[1:-1] for t in tokens]
+    last = path[-1] if path else 0
+    nx = [xy[last][0] + 1] if next_token is not None else []
+    ny = [xy[last][1]] if next_token is not None else []
+    fig = go.Figure([
+        go.Scatter(x=ex, y=ey, mode="lines", line={"color": DISCARDED, "width": 2}, name="candidate edge",
+                   hoverinfo="skip"),
+        go.Scatter(x=ax, y=ay, mode="lines", line={"color": ACCEPTED, "width": 5}, name="accepted path",
+                   hoverinfo="skip"),
+        go.Scatter(x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text", text=text,
+                   textposition="top center", marker={"size": 16, "color": colours, "line": {"width": 1, "color": "#333"}},
+                   name="nodes (root purple, accepted green)", textfont={"size": FONT_SIZE - 2}),
+        go.Scatter(x=nx, y=ny, mode="markers+text", text=[repr(label(int(next_token)))[1:-1]] if nx else [],
+                   textposition="top center", marker={"size": 16, "color": BONUS, "symbol": "star"},
+                   name="target's next token", textfont={"size": FONT_SIZE - 2}),
+    ])
+    fig.update_xaxes(title="depth (position after the pending token)", dtick=1)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    return _style(fig, title, 380)
+
+
+def measured_vs_predicted_figure(rows: Sequence, *, band: float = 0.15,
+                                 title: str = "Measured vs predicted speed-up") -> go.Figure:
+    """One marker per row (``method``, ``prompt``, ``batch``, ``predicted``, ``measured``), the
+    diagonal and a ±``band`` corridor."""
+    hi = max([1.2] + [max(r.predicted, r.measured) for r in rows]) * 1.1
+    fig = go.Figure([
+        go.Scatter(x=[0, hi], y=[0, hi], mode="lines", line={"color": THEORY, "dash": "dot"}, name="measured = predicted"),
+        go.Scatter(x=[0, hi, hi, 0], y=[0, hi * (1 + band), hi * (1 - band), 0], fill="toself", mode="none",
+                   fillcolor="rgba(31,119,180,0.1)", name=f"±{band:.0%}"),
+        go.Scatter(x=[r.predicted for r in rows], y=[r.measured for r in rows], mode="markers",
+                   marker={"size": 11, "color": [MEASURED if r.batch == 1 else THEORY for r in rows]},
+                   text=[f"{r.method} · {r.prompt} · batch {r.batch}" for r in rows], hoverinfo="text+x+y",
+                   name="methods (orange: batch 1, blue: batch 8)"),
+    ])
+    fig.update_xaxes(title="predicted = tokens per round / (c + v)", range=[0, hi])
+    fig.update_yaxes(title="measured wall-clock speed-up", range=[0, hi])
+    return _style(fig, title, 430)
+
+
+def batch_sweep_figure(speedups: Mapping[int, float], *, method: str = "",
+                       title: str = "Speed-up against batch size") -> go.Figure:
+    """Measured speed-up at each batch size with the break-even line at 1."""
+    b = sorted(speedups)
+    fig = go.Figure([
+        go.Scatter(x=b, y=[speedups[k] for k in b], mode="lines+markers", name=method or "speed-up",
+                   line={"color": MEASURED, "width": 3}, marker={"size": 10}),
+        go.Scatter(x=[b[0], b[-1]], y=[1, 1], mode="lines", line={"color": "#555", "dash": "dash"},
+                   name="plain decoding (1×)"),
+    ])
+    fig.update_xaxes(title="batch size (sequences per step)", type="log", tickvals=b)
+    fig.update_yaxes(title="speed-up over plain decoding")
+    return _style(fig, title, 360)

@@ -1,0 +1,137 @@
+"""Quizzes and exercise checks: right/wrong verdicts, messages, and never raising for student input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from labsupport import kv
+from labsupport.exercises import check_answer, check_function
+from labsupport.quiz import MultipleChoice, Numeric, Quiz
+from labsupport.widgets.quiz import quiz_panel
+
+
+def test_numeric_question_tolerance_and_bad_input():
+    q = Numeric("KiB per token?", answer=320.0, explanation="2·80·8·128·2 B", rel_tol=0.01, unit="KiB")
+    assert q.check(320) == (True, "2·80·8·128·2 B")
+    assert q.check("321.5")[0] and not q.check(330)[0]
+    ok, why = q.check(400)
+    assert not ok and "too high" in why and "320" not in why          # never gives the answer away
+    for bad in ("lots", None, float("nan"), True, [320]):
+        ok, why = q.check(bad)
+        assert not ok and "number" in why
+
+
+def test_multiple_choice_by_index_or_text_and_why_not():
+    q = MultipleChoice("top-p keeps?", ["the k best", "the smallest set with mass ≥ p"], 1, "nucleus",
+                       why_not={0: "that is top-k"})
+    assert q.check(1) == (True, "nucleus")
+    assert q.check("the smallest set with mass ≥ p")[0]
+    assert q.check(0) == (False, "that is top-k")
+    assert not q.check(5)[0] and not q.check("x")[0]
+
+
+def test_questions_validate_their_definition():
+    with pytest.raises(ValueError, match="answer"):
+        MultipleChoice("q", ["a", "b"], 2, "e")
+    with pytest.raises(ValueError, match="options"):
+        MultipleChoice("q", ["a"], 0, "e")
+    with pytest.raises(TypeError, match="answer"):
+        Numeric("q", answer="3", explanation="e")
+    with pytest.raises(ValueError, match="tolerance"):
+        Numeric("q", answer=3.0, explanation="e", rel_tol=0.0)
+    with pytest.raises(ValueError):
+        Quiz([])
+
+
+def test_quiz_report_counts_score():
+    quiz = Quiz([Numeric("2+2", 4.0, "four"), MultipleChoice("pick b", ["a", "b"], 1, "b it is")])
+    text = quiz.report([4, 0])
+    assert "Q1 ✓ four" in text and "Q2 ✗" in text and text.endswith("score: 1 / 2")
+    assert "not answered" in quiz.report([None])
+
+
+def test_quiz_panel_shows_feedback_and_never_throws():
+    bytes_70b = kv.kv_bytes_per_token(kv.preset("Llama 3 70B"), "bf16") / 1024
+    panel = quiz_panel([Numeric("KiB per token", bytes_70b, "GQA: 8 KV heads"),
+                        MultipleChoice("pick b", ["a", "b"], 1, "b it is")])
+    assert panel.submit(0, str(bytes_70b)) == (True, "GQA: 8 KV heads")
+    assert "✓" in panel.feedback[0].value
+    assert panel.submit(1, 0)[0] is False and "✗" in panel.feedback[1].value
+    ok, _ = panel.submit(7, 1)                                          # no such question: shown, not raised
+    assert not ok
+    assert "text/html" in panel._repr_mimebundle_()                    # static snapshot for exported slides
+
+
+def test_check_function_reports_stub_error_mismatch_and_pass(capsys):
+    ref = lambda x, k: torch.topk(x, k).indices.tolist()
+    cases = [(torch.tensor([1.0, 3.0, 2.0]), 1), (torch.tensor([5.0, 4.0]), 2)]
+
+    def stub(x, k):
+        raise NotImplementedError
+
+    r = check_function(stub, cases, ref, name="my_top")
+    assert not r and not r.done and "not implemented" in r.message
+    r = check_function(lambda x, k: 1 / 0, cases, ref, name="my_top")
+    assert not r and "ZeroDivisionError" in r.message
+    r = check_function(lambda x, k: [0] * k, cases, ref, name="my_top")
+    assert not r and "returned [0], expected [1]" in r.message
+    r = check_function(ref, cases, ref, name="my_top")
+    assert r and "all 2 cases" in r.message
+    assert capsys.readouterr().out.count("\n") == 4                    # one printed line per check
+
+
+def test_check_answer_none_wrong_right_and_threshold():
+    alpha_star = math.log(4.9 / 2.4) / math.log(7 / 3)                  # B wins only from α* = 0.8424…
+    smallest = math.ceil(alpha_star * 100) / 100
+    wins = lambda a: -4.9 / 7 ** a > -2.4 / 3 ** a
+    accept = lambda a: wins(a) and not wins(a - 0.01)
+    assert not check_answer(None, name="my_alpha", accept=accept).done
+    assert not check_answer(0.84, name="my_alpha", accept=accept, explain=lambda a: "A still wins")
+    assert check_answer(smallest, name="my_alpha", accept=accept)
+    r = check_answer("abc", name="x", expected=1.0, rel_tol=0.1)
+    assert not r and r.done and "cannot be checked" in r.message
+    r = check_answer(3.0, name="my_T", expected=0.8686, rel_tol=0.01)
+    assert not r and "0.8686" not in r.message
+
+
+def test_panel_snapshot_shows_figures_readouts_and_skips_hidden_parts():
+    import ipywidgets as widgets
+    import plotly.graph_objects as go
+
+    from labsupport.widgets.snapshot import Panel
+
+    hidden = widgets.FloatSlider(value=3.0, description="secret")
+    hidden.layout.display = "none"
+    out = widgets.Output()
+    out.outputs = ({"output_type": "display_data", "data": {"application/vnd.plotly.v1+json":
+                    go.Figure(go.Bar(y=[1, 2])).to_plotly_json(), "text/plain": "fig"}, "metadata": {}},)
+    panel = Panel([widgets.FloatSlider(value=0.25, description="top-p"), hidden, widgets.HTML("<b>H = 1.00 bits</b>"),
+                   go.FigureWidget(go.Scatter(y=[3, 1])), out])
+    html = panel._repr_mimebundle_()["text/html"]
+    assert "top-p = <b>0.25</b>" in html and "H = 1.00 bits" in html
+    assert "secret" not in html
+    assert html.count("Plotly.newPlot") == 2                       # the figure widget and the Output's figure
+    assert "application/vnd.jupyter.widget-view+json" in panel._repr_mimebundle_()   # still the live widget
+
+
+def test_run_check_reports_instead_of_raising():
+    from labsupport.exercises import run_check
+
+    def check(fn) -> int:
+        for x in range(3):
+            assert fn(x) == x * x, f"x = {x}: got {fn(x)}, expected {x * x}"
+        return 3
+
+    def stub(x):
+        raise NotImplementedError
+
+    assert not run_check(check, stub).done
+    r = run_check(check, lambda x: x + x, name="my_square", quiet=True)
+    assert not r and "x = 1: got 2, expected 1" in r.message      # x = 0 passes, x = 1 is the first failure
+    r = run_check(check, lambda x: x / 0, name="my_square", quiet=True)
+    assert not r and "ZeroDivisionError" in r.message
+    assert run_check(check, lambda x: x * x, name="my_square", quiet=True).message == \
+        "✓ my_square agrees with the reference on 3 cases"
