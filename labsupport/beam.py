@@ -41,7 +41,7 @@ import torch
 
 from .generation import _check_length, _prompt_ids
 from .models import LoadedModel, model_forward
-from .validation import check_int, check_real, check_token_ids
+from .validation import check_bool, check_int, check_real, check_token_ids
 
 LN2 = math.log(2)
 
@@ -149,7 +149,19 @@ def length_normalised_score(logprob: float, length: int, length_penalty: float) 
         ValueError: ``length < 1``.
     """
     check_int("length", length, 1, hint=" (generated tokens)")
-    return logprob / length ** length_penalty
+    return _normalise(logprob, length, length_penalty)
+
+
+def _normalise(logprob: float, length: int, alpha: float) -> float:
+    """``logprob / length^α`` without overflow: ``length^α`` beyond the float range (e.g. α = 300
+    over 20 tokens) is ``inf`` and below it ``0`` (so a negative sum scores ``-inf``)."""
+    try:
+        denominator = float(length) ** alpha
+    except OverflowError:
+        denominator = math.inf
+    if denominator == 0.0:
+        return -math.inf if logprob < 0 else 0.0
+    return logprob / denominator
 
 
 def best_hypothesis(candidates: Sequence[tuple[float, int]], length_penalty: float) -> int:
@@ -204,6 +216,9 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
     max_new_tokens = _check_length(lm, len(ids), max_new_tokens)
+    check_bool("ignore_eos", ignore_eos)
+    if eos_token_id is not None:
+        check_int("eos_token_id", eos_token_id, 0, vocab - 1)
     eos = None if ignore_eos else (lm.eos_token_id if eos_token_id is None else int(eos_token_id))
     start = time.perf_counter()
     search = BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, eos)
@@ -317,7 +332,7 @@ def _done(finished: list[Hypothesis], best_live: float, length: int, B: int, alp
     # Best score the best live beam could still reach: HF's heuristic (False) normalises at the
     # current length; "never" with α > 0 at the longest possible length (an exact bound).
     best_len = max_new_tokens if (early_stopping == "never" and alpha > 0) else length
-    return best_live / best_len ** alpha <= finished[-1].score
+    return _normalise(best_live, best_len, alpha) <= finished[-1].score
 
 
 @torch.no_grad()

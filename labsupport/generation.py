@@ -22,7 +22,7 @@ import torch
 from .models import LoadedModel, max_positions, model_forward
 from .sampling import GREEDY, SamplingParams, entropy_bits, probs_from_logits, sample
 from .stopping import StopRule
-from .validation import check_int, check_token_ids, check_type
+from .validation import check_bool, check_int, check_token_ids, check_type
 
 
 @dataclass
@@ -190,6 +190,8 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     ids = _prompt_ids(lm, prompt)
     max_new = _check_length(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
     check_int("top_n", top_n, 0)
+    check_bool("use_cache", use_cache)
+    check_bool("record", record)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     rule = StopRule.from_params(params, lm.eos_token_ids, max_new)

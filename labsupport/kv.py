@@ -191,6 +191,7 @@ def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "fp16") -> int:
         ValueError: unknown ``kv_dtype``.
     """
     elements = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim
+    check_choice("kv_dtype", kv_dtype, DTYPE_BITS)
     return elements * dtype_bits(kv_dtype) // 8
 
 

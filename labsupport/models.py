@@ -155,8 +155,8 @@ def load_model(name_or_path: str | os.PathLike = "tiny-gpt2", device: str | torc
         with _quiet_progress(local):  # no "Loading weights" bar in chapter outputs for shipped models
             model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local,
                                                          dtype=dtype or torch.float32)
-    except OSError as err:
-        raise ValueError(
+    except (OSError, ValueError) as err:              # a folder that is not a model: the tokenizer
+        raise ValueError(                              # backend raises ValueError, not OSError
             f"name_or_path must be a shipped model {sorted(SHIPPED)}, a local folder, or a "
             f"Hugging Face id that is cached or reachable online; got {str(name_or_path)!r} "
             f"({err.__class__.__name__}: {str(err).splitlines()[0]})") from err

@@ -145,7 +145,7 @@ def test_step_time_and_timing_figures():
 
 def test_kv_panels_build_and_update():
     anim = kv_cache_animation(12, 28, step=28)
-    sliders, player, numbers, cells, counts = anim.children
+    sliders, player, numbers, cells, counts, _error = anim.children
     assert "18.85×" in numbers.value
     assert _shown(counts)["data"][0]["y"][-1] == 754
     _P, n = sliders.children

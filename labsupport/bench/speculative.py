@@ -46,7 +46,7 @@ from labsupport.speculative import (
     SpecDecodeEngine,
     speculative_generate,
 )
-from labsupport.validation import check_int
+from labsupport.validation import check_int, check_token_ids
 
 # ============================================================================ step costs and the γ sweep
 
@@ -91,9 +91,12 @@ def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Seque
         :class:`CostModel` (``t_draft = 0`` when ``draft`` is None, e.g. for n-gram lookup).
 
     Raises:
-        TypeError / ValueError: ``repeats`` not an integer >= 1.
+        TypeError / ValueError: ``repeats`` not an integer >= 1, ``context`` empty or not token
+            ids of ``target``, a γ not an integer >= 1.
     """
     check_int("repeats", repeats, 1)
+    context = check_token_ids("context", context, int(target.model.config.vocab_size))
+    gammas = [check_int("gammas[i]", g, 1) for g in gammas]
     models = {"target": CachedLM(target)}
     if draft is not None:
         models["draft"] = CachedLM(draft)

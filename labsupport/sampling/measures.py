@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..validation import check_real
+from ..validation import check_real, check_type
 
 
 def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
@@ -17,11 +17,20 @@ def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
     Zero-probability entries contribute 0 (no NaN). Input ``(..., vocab)``; output ``(...)``.
 
     Raises:
-        ValueError: ``probs`` contains NaN.
+        TypeError: ``probs`` not a tensor.
+        ValueError: ``probs`` contains NaN, a negative entry, or a row that does not sum to 1
+            (within 1e-3).
     """
+    check_type("probs", probs, torch.Tensor)
     p = probs.float()
     if torch.isnan(p).any():
         raise ValueError("probs must not contain NaN")
+    if (p < 0).any():
+        raise ValueError(f"probs must be a distribution (entries >= 0), got a minimum of {float(p.min()):.4g}")
+    sums = p.sum(dim=-1)
+    if p.numel() and ((sums - 1).abs() > 1e-3).any():
+        worst = float(sums[(sums - 1).abs().argmax()]) if sums.dim() else float(sums)
+        raise ValueError(f"probs must be a distribution (each row sums to 1), got a row summing to {worst:.4g}")
     terms = torch.where(p > 0, p * torch.log2(p.clamp_min(torch.finfo(torch.float32).tiny)), torch.zeros_like(p))
     return 0.0 - terms.sum(dim=-1)        # not -sum: a one-hot p would give -0.0 ("−0.00 bits")
 
@@ -34,13 +43,21 @@ def perplexity(probs: torch.Tensor) -> torch.Tensor:
 def sequence_perplexity(token_logprobs: Sequence[float]) -> float:
     """Perplexity of a text from its per-token natural-log probabilities: ``exp(-mean log p)``.
 
+    A perplexity beyond the float range (mean log p below about -709) is ``inf``.
+
     Raises:
-        ValueError: empty input.
+        TypeError: not a sequence of numbers.
+        ValueError: empty input, or a value that is not a finite log-probability (<= 0).
     """
-    lp = list(token_logprobs)
+    if isinstance(token_logprobs, (str, bytes)) or not hasattr(token_logprobs, "__iter__"):
+        raise TypeError(f"token_logprobs must be a sequence of numbers, got {type(token_logprobs).__name__}")
+    lp = [check_real(f"token_logprobs[{i}]", v, high=0.0) for i, v in enumerate(token_logprobs)]
     if not lp:
         raise ValueError("token_logprobs must hold at least one value, got 0")
-    return math.exp(-sum(lp) / len(lp))
+    try:
+        return math.exp(-sum(lp) / len(lp))
+    except OverflowError:
+        return math.inf
 
 
 def candidates_for_mass(probs: torch.Tensor, mass: float = 0.9) -> int:
@@ -51,6 +68,7 @@ def candidates_for_mass(probs: torch.Tensor, mass: float = 0.9) -> int:
         ValueError: ``mass`` outside (0, 1].
     """
     check_real("mass", mass, 0, 1, low_open=True)
+    check_type("probs", probs, torch.Tensor)
     p = torch.sort(probs.float().flatten(), descending=True).values
     csum = torch.cumsum(p, dim=0)
     return int(min(len(p), int((csum < mass - 1e-9).sum()) + 1))
@@ -63,8 +81,10 @@ def probability_ratio(logit_gap: float, temperature: float) -> float:
     float range (e.g. gap 100 at T = 0.01) is ``inf``.
 
     Raises:
-        ValueError: temperature not > 0.
+        TypeError: an argument not a number.
+        ValueError: ``logit_gap`` not finite, or temperature not > 0.
     """
+    check_real("logit_gap", logit_gap)
     check_real("temperature", temperature, 0, low_open=True)
     try:
         return math.exp(logit_gap / temperature)

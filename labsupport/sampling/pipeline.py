@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..validation import check_type
 from .params import GREEDY, SamplingParams
 from .processors import (
     NEG_INF,
@@ -62,6 +63,7 @@ def penalise(logits: torch.Tensor, params: SamplingParams, prev_ids: History = N
     Raises:
         ValueError: an output-based setting without ``prompt_lens``.
     """
+    check_type("params", params, SamplingParams)
     z = _as_2d(logits)
     if params.repetition_penalty != 1.0 and prev_ids is not None:
         z = apply_repetition_penalty(z, prev_ids, params.repetition_penalty)
@@ -130,6 +132,7 @@ def sample(logits: torch.Tensor, params: SamplingParams = GREEDY, generator: tor
     Returns:
         ``(batch,)`` long tensor of token ids (a 0-d tensor for 1-D logits).
     """
+    check_type("params", params, SamplingParams)
     if params.greedy:
         ids = penalise(logits, params, prev_ids, prompt_lens, end_ids, allowed).argmax(dim=-1)
     else:

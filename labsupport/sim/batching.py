@@ -88,13 +88,17 @@ class BatchingRun:
         return [by_id[i].end for i in range(len(self.output_lens))]
 
 
+MAX_STEP = 1_000_000   # latest arrival step: every step is recorded in ``active_per_step``
+
+
 def _check(output_lens: Sequence[int], batch_size: int, arrival_steps: Sequence[int] | None):
     check_int("batch_size", batch_size, 1)
     if len(output_lens) == 0:
         raise ValueError("output_lens must hold at least one request, got an empty sequence")
     lens = tuple(check_int(f"output_lens[{i}]", n, 1) for i, n in enumerate(output_lens))
     arrivals = (tuple(0 for _ in lens) if arrival_steps is None
-                else tuple(check_int(f"arrival_steps[{i}]", a, 0) for i, a in enumerate(arrival_steps)))
+                else tuple(check_int(f"arrival_steps[{i}]", a, 0, MAX_STEP, hint=" (steps the simulator records)")
+                           for i, a in enumerate(arrival_steps)))
     if len(arrivals) != len(lens):
         raise ValueError(f"arrival_steps must have one entry per request ({len(lens)}), got {len(arrivals)}")
     return lens, arrivals
@@ -116,8 +120,8 @@ def simulate_batching(output_lens: Sequence[int], batch_size: int, policy: str =
         A :class:`BatchingRun` (segments for the Gantt chart, active slots per step).
 
     Raises:
-        ValueError: unknown policy, ``batch_size`` < 1, a length < 1, a negative arrival,
-            or mismatched lengths.
+        ValueError: unknown policy, ``batch_size`` < 1, a length < 1, an arrival outside
+            [0, 1 000 000], or mismatched lengths.
 
     Source: static batching waits for its longest request; continuous
     batching refills a slot the step it frees (Yu et al., 2022, Orca).
@@ -139,6 +143,11 @@ def simulate_batching(output_lens: Sequence[int], batch_size: int, policy: str =
                     left[k] = lens[queue[head]]
                     head += 1
         busy = [k for k in range(batch_size) if slots[k] is not None and left[k] > 0]
+        if not busy and head < len(queue) and arrivals[queue[head]] > step:   # idle until the next
+            gap = arrivals[queue[head]] - step                                # arrival: jump there
+            active.extend([0] * gap)
+            step += gap
+            continue
         active.append(len(busy))
         for k in busy:
             left[k] -= 1

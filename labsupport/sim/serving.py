@@ -227,7 +227,14 @@ def simulate(requests: Sequence[ServedRequest], policy: str, cost: CostModel | N
 
 def latency_stats(served: Sequence[ServedRequest]) -> dict[str, float]:
     """Median and 90th percentile of TTFT and TPOT, 99th percentile and maximum of the gaps
-    between consecutive tokens (ITL), in milliseconds."""
+    between consecutive tokens (ITL), in milliseconds.
+
+    Raises:
+        ValueError: no served requests.
+    """
+    served = list(served)
+    if not served:
+        raise ValueError("served must hold at least one ServedRequest, got none")
     ttft = np.array([r.metrics.ttft for r in served]) * 1e3
     tpot = np.array([r.metrics.tpot for r in served if r.output_len > 1]) * 1e3
     gaps = np.array([g for r in served for g in r.metrics.itl] + [0.0]) * 1e3

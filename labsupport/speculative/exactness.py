@@ -19,7 +19,7 @@ import torch
 
 from ..models import LoadedModel, model_forward
 from ..sampling import SamplingParams, probs_from_logits
-from ..validation import check_int
+from ..validation import check_int, check_token_ids, check_type
 from .proposers import check_same_vocabulary
 from .rejection import VerifyResult, sample_from, verify_logits
 
@@ -55,15 +55,19 @@ def two_token_tree(target: LoadedModel, draft: LoadedModel, prefix: Sequence[int
     restricting the logits to a set that contains every kept token changes nothing.
 
     Raises:
-        ValueError: more than ``max_support`` possible first tokens (use ``top_k``), or greedy.
+        TypeError: ``params`` not :class:`SamplingParams`, ``prefix`` not token ids.
+        ValueError: more than ``max_support`` possible first tokens (use ``top_k``), greedy, or
+            an empty ``prefix`` / an id outside the vocabulary.
     """
+    check_type("params", params, SamplingParams)
+    check_int("max_support", max_support, 1)
     if params.greedy:
         raise ValueError("params must sample (temperature > 0) for a distribution check, got greedy")
     if params.repetition_penalty != 1.0 or (params.top_p < 1.0 and params.top_k == 0):
         raise ValueError("params for the two-token check may use temperature, top_k, min_p and top_p "
                          f"only together with top_k (restriction must be exact), got {params}")
     check_same_vocabulary(target, draft)
-    prefix = [int(t) for t in prefix]
+    prefix = check_token_ids("prefix", prefix, int(target.model.config.vocab_size))
     last = {}
     for lm, key in ((target, "t"), (draft, "d")):
         last[key] = model_forward(lm.model, torch.tensor([prefix], device=lm.device), use_cache=False)[0][0, -1].float()

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..sampling import SamplingParams, probs_from_logits
+from ..validation import check_type
 
 
 def accepted_prefix_length(flags: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
@@ -63,8 +64,19 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
     """One draw per row of ``probs (..., V)`` → ``(...)`` long, by inverse CDF with one uniform
     per row: the first id whose cumulative weight exceeds ``u · Σ`` (zero-weight ids are never
     picked; like ``torch.multinomial`` it tolerates rows that do not sum to 1, and it is ~10×
-    faster on many short rows)."""
-    cdf = probs.reshape(-1, probs.shape[-1]).float().cumsum(dim=-1)
+    faster on many short rows).
+
+    Raises:
+        TypeError: ``probs`` not a tensor.
+        ValueError: a row with NaN, a negative weight, or no positive weight (nothing to draw).
+    """
+    check_type("probs", probs, torch.Tensor)
+    rows = probs.reshape(-1, probs.shape[-1]).float()
+    if not torch.isfinite(rows).all() or (rows < 0).any():
+        raise ValueError("probs must hold finite weights >= 0 (no NaN or inf)")
+    if (rows.sum(dim=-1) <= 0).any():
+        raise ValueError("probs must have a positive total weight in every row, got an all-zero row")
+    cdf = rows.cumsum(dim=-1)
     u = torch.rand((cdf.shape[0], 1), generator=generator, device=cdf.device) * cdf[:, -1:]
     idx = torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[-1] - 1)
     return idx.reshape(probs.shape[:-1])
@@ -121,6 +133,11 @@ def verify(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
     if q.shape != (B, g, V) or draft_tokens.shape != (B, g):
         raise ValueError(f"q must be {(B, g, V)} and draft_tokens {(B, g)} for p {tuple(p.shape)}, "
                          f"got {tuple(q.shape)} and {tuple(draft_tokens.shape)}")
+    if draft_tokens.dtype.is_floating_point or draft_tokens.dtype == torch.bool:
+        raise TypeError(f"draft_tokens must be an integer tensor, got {draft_tokens.dtype}")
+    if draft_tokens.numel() and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= V):
+        raise ValueError(f"draft_tokens must be token ids in [0, {V}) (the vocabulary of p), got ids "
+                         f"{int(draft_tokens.min())}..{int(draft_tokens.max())}")
     accept_prob = acceptance_probability(p[:, :g], q, draft_tokens)                  # (B, γ)
     u = torch.rand((B, g), generator=generator, device=p.device)
     accepted = u < accept_prob
@@ -146,8 +163,20 @@ def verify_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, draft
 
     Repetition penalty needs each row's history; the generation loop passes ``prev_ids``
     through :func:`labsupport.sampling.probs_from_logits` itself.
+
+    Raises:
+        TypeError: logits not tensors.
+        ValueError: shapes that do not fit together (e.g. two vocabularies), as :func:`verify`.
     """
+    check_type("target_logits", target_logits, torch.Tensor)
+    check_type("draft_logits", draft_logits, torch.Tensor)
+    if target_logits.dim() != 3 or draft_logits.dim() != 3:
+        raise ValueError(f"target_logits and draft_logits must be (B, γ+1, V) and (B, γ, V), got "
+                         f"{tuple(target_logits.shape)} and {tuple(draft_logits.shape)}")
     B, g1, V = target_logits.shape
+    if tuple(draft_logits.shape) != (B, g1 - 1, V):
+        raise ValueError(f"draft_logits must be {(B, g1 - 1, V)} for target_logits {tuple(target_logits.shape)} "
+                         f"(same batch and vocabulary, one row fewer), got {tuple(draft_logits.shape)}")
     p = probs_from_logits(target_logits.reshape(-1, V), params).reshape(B, g1, V)
     q = probs_from_logits(draft_logits.reshape(-1, V), params).reshape(B, g1 - 1, V)
     return verify(p, q, draft_tokens, generator)

@@ -10,6 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..validation import check_bool, check_int
+from . import checks
 from .paged import FONT, request_colour
 
 STATE_COLOURS = {"not arrived": "#ffffff", "waiting": "#f2c14e", "prefill": "#9467bd", "decode": "#1f77b4",
@@ -34,7 +36,16 @@ def step_time_figure(batches: Sequence[int], step_ms: Sequence[float], tokens_pe
         tokens_per_s: ``B / t(B)``.
         ceiling: throughput limit ``BW / K`` (tokens/s), drawn dashed.
         marks: batch sizes to label on both curves.
+
+    Raises:
+        TypeError / ValueError: a column empty, not finite, negative, or of another length.
     """
+    batches = checks.series("batches", batches, low=1)
+    step_ms = checks.series("step_ms", step_ms, low=0, length=len(batches), length_of="batches")
+    tokens_per_s = checks.series("tokens_per_s", tokens_per_s, low=0, length=len(batches), length_of="batches")
+    ceiling = checks.optional_real("ceiling", ceiling, low=0)
+    checks.text("title", title)
+    marks = [check_int("marks[i]", m) for m in marks]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("step time (ms)", "throughput (tokens/s)"),
                         horizontal_spacing=0.12)
     fig.add_trace(go.Scatter(x=list(batches), y=list(step_ms), mode="lines", line={"width": 3}, name="t(B)",
@@ -124,8 +135,24 @@ def request_timeline_figure(states: Mapping[Hashable, Sequence[str]], preempted:
     Args:
         states: per request, a state per step from :data:`labsupport.sim.timeline.STATES`.
         preempted: per request, the steps at which it was preempted.
+
+    Raises:
+        TypeError / ValueError: ``states`` empty or not a mapping, a state not in ``STATES``,
+            rows of different lengths.
     """
     from ..sim.timeline import STATES
+
+    checks.mapping("states", states)
+    checks.text("title", title)
+    widths = {len(row) for row in states.values()}
+    if len(widths) > 1:
+        raise ValueError(f"states must give every request a state per step (rows of one length), got lengths {sorted(widths)}")
+    for r, row in states.items():
+        for k, s in enumerate(row):
+            if s not in STATES:
+                raise ValueError(f"states[{r!r}][{k}] must be one of {list(STATES)}, got {s!r}")
+    if preempted is not None:
+        checks.mapping("preempted", preempted, allow_empty=True)
 
     ids = list(states)
     code = {s: i for i, s in enumerate(STATES)}
@@ -199,7 +226,16 @@ def latency_scatter_figure(points: Mapping[str, tuple[Sequence[float], Sequence[
 
 def goodput_bars_figure(labels: Sequence[str], throughput: Sequence[float], goodput: Sequence[float],
                         unit: str = "requests/s", title: str = "Throughput vs goodput") -> go.Figure:
-    """Grouped bars: throughput and goodput (only requests within the SLO) per configuration."""
+    """Grouped bars: throughput and goodput (only requests within the SLO) per configuration.
+
+    Raises:
+        TypeError / ValueError: a value not finite or negative, columns of different lengths.
+    """
+    checks.text("unit", unit)
+    checks.text("title", title)
+    labels = [str(x) for x in labels]
+    throughput = checks.series("throughput", throughput, low=0, length=len(labels), length_of="labels")
+    goodput = checks.series("goodput", goodput, low=0, length=len(labels), length_of="labels")
     fig = go.Figure()
     fig.add_trace(go.Bar(x=list(labels), y=list(throughput), name="throughput", marker_color="#7f7f7f",
                          text=[f"{v:.2f}" for v in throughput], textposition="outside"))
@@ -221,9 +257,24 @@ def latency_summary_figure(rows: Mapping[str, Mapping[str, float]], title: str, 
         rows: ``{configuration: {statistic name: value in ms}}``, the same statistics for all.
         title: figure title.
         log_y: logarithmic y axis.
+
+    Raises:
+        TypeError / ValueError: ``rows`` empty, configurations with different statistics, a
+            value that is NaN, infinite or negative (or not > 0 on a log axis).
     """
+    checks.mapping("rows", rows)
+    checks.text("title", title)
+    check_bool("log_y", log_y)
     names = list(rows)
-    stats = list(next(iter(rows.values())))
+    stats = list(checks.mapping(f"rows[{names[0]!r}]", rows[names[0]]))
+    for name in names:
+        checks.mapping(f"rows[{name!r}]", rows[name])
+        if list(rows[name]) != stats:
+            raise ValueError(f"rows must give every configuration the same statistics {stats}, "
+                             f"got {list(rows[name])} for {name!r}")
+        vals = checks.series(f"rows[{name!r}]", [rows[name][s] for s in stats], low=0)
+        if log_y and min(vals) <= 0:
+            raise ValueError(f"rows[{name!r}] must be > 0 on a log axis (log_y=True), got {min(vals)}")
     fig = go.Figure()
     for k, name in enumerate(names):
         vals = [rows[name][s] for s in stats]

@@ -14,6 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..validation import check_int
+
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b",
            "#bcbd22", "#393b79", "#637939", "#ad494a")
 SHARED = "#555555"
@@ -175,8 +177,26 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
             now — keeps colours and the number of traces fixed while stepping through time.
 
     Raises:
-        ValueError: a block id outside ``[0, num_blocks)``.
+        TypeError: ``num_blocks`` or a block id not an integer.
+        ValueError: a block id outside ``[0, num_blocks)``, or ``ref_counts`` not one
+            count >= 0 per physical block.
     """
+    check_int("num_blocks", num_blocks, 1)
+    check_int("columns", columns, 1)
+    if block_size is not None:
+        check_int("block_size", block_size, 1)
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {title!r} ({type(title).__name__})")
+    if not isinstance(block_tables, Mapping):
+        raise TypeError(f"block_tables must map request ids to block ids, got {type(block_tables).__name__}")
+    for rid, table in block_tables.items():
+        for b in table:
+            check_int(f"block_tables[{rid!r}] entries", b)
+    if ref_counts is not None:
+        ref_counts = [check_int(f"ref_counts[{i}]", n, 0) for i, n in enumerate(ref_counts)]
+        if len(ref_counts) != num_blocks:
+            raise ValueError(f"ref_counts must have one count per physical block (num_blocks={num_blocks}), "
+                             f"got {len(ref_counts)}")
     ids = list(request_ids) if request_ids is not None else list(block_tables)
     ids += [rid for rid in block_tables if rid not in ids]
     colour = {rid: request_colour(i) for i, rid in enumerate(ids)}

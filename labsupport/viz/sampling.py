@@ -172,9 +172,18 @@ def entropy_curve_figure(temperatures: Sequence[float], entropy_bits: Sequence[f
         A figure with two traces: ``entropy`` (line) and ``current T`` (one marker, or none).
 
     Raises:
-        ValueError: the sequences differ in length.
+        ValueError: the sequences differ in length, a value is not finite, T not > 0 or H < 0.
+        TypeError: a value is not a number.
     """
+    from .checks import optional_real, series, text
     _check_lengths(temperatures=temperatures, entropy_bits=entropy_bits)
+    temperatures = series("temperatures", temperatures, low=0)
+    entropy_bits = series("entropy_bits", entropy_bits, low=0)
+    if min(temperatures) <= 0:
+        raise ValueError(f"temperatures must be > 0, got {min(temperatures)}")
+    marker_temperature = optional_real("marker_temperature", marker_temperature, low=0)
+    marker_entropy = optional_real("marker_entropy", marker_entropy, low=0)
+    text("title", title, optional=True)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=list(temperatures), y=list(entropy_bits), mode="lines", name="entropy",
                              line={"width": 3, "color": KEPT_COLOR},

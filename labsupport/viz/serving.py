@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..validation import check_int
+from . import checks
 from .paged import FONT
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#8c564b")
@@ -23,7 +25,21 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
 
 def latency_bars_figure(rows: Mapping[str, Mapping[str, float]], title: str = "TTFT and ITL (ms)") -> go.Figure:
     """Grouped bars: for each setup (``rows`` key) its ``ttft_p50/p95`` and ``itl_p50/p95`` in ms,
-    TTFT on the left panel, ITL on the right (their scales differ)."""
+    TTFT on the left panel, ITL on the right (their scales differ).
+
+    Raises:
+        TypeError / ValueError: ``rows`` empty, a setup without the four statistics, or a value
+            that is not a finite number >= 0.
+    """
+    checks.mapping("rows", rows)
+    checks.text("title", title)
+    keys = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95")
+    for name, row in rows.items():
+        checks.mapping(f"rows[{name!r}]", row)
+        missing = [k for k in keys if k not in row]
+        if missing:
+            raise ValueError(f"rows[{name!r}] must hold {list(keys)}, missing {missing}")
+        checks.series(f"rows[{name!r}]", [row[k] for k in keys], low=0)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "ITL (ms)"))
     for k, (name, row) in enumerate(rows.items()):
         for col, metric in ((1, "ttft"), (2, "itl")):
@@ -102,7 +118,13 @@ STACK = (
 
 def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK, per_line: int = 2,
                          title: str = "The serving stack: where each technique lives") -> go.Figure:
-    """Stacked layers (bottom = kernels) as boxes, each listing its techniques (``per_line`` a line)."""
+    """Stacked layers (bottom = kernels) as boxes, each listing its techniques (``per_line`` a line).
+
+    Raises:
+        TypeError / ValueError: ``per_line`` not an integer >= 1, ``title`` not a str.
+    """
+    check_int("per_line", per_line, 1)
+    checks.text("title", title)
     fig = go.Figure()
     for i, (name, what, items) in enumerate(stack):
         y0, y1 = i * 1.1, i * 1.1 + 1.0
@@ -122,7 +144,16 @@ def tradeoff_table_figure(rows: Sequence[Sequence[str]],
                           header: Sequence[str] = ("technique", "what it improves", "what it costs",
                                                    "when not to use it", "measured here"),
                           title: str = "Trade-offs") -> go.Figure:
-    """A plotly table of strings, one row per technique."""
+    """A plotly table of strings, one row per technique.
+
+    Raises:
+        TypeError: ``title`` not a str.
+        ValueError: a row with another number of cells than ``header``.
+    """
+    checks.text("title", title)
+    for i, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(f"rows[{i}] must have one cell per header column ({len(header)}), got {len(row)}")
     cols = list(zip(*rows)) if rows else [[] for _ in header]
     fig = go.Figure(go.Table(header={"values": [f"<b>{h}</b>" for h in header], "align": "left",
                                      "font": {"size": 14}, "fill_color": "#e8eef7"},

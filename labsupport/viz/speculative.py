@@ -16,6 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from ..validation import check_int
+from . import checks
+
 FONT_SIZE = 16
 ACCEPTED = "#2ca02c"
 REPLACED = "#d62728"
@@ -131,7 +134,18 @@ def speedup_curve_figure(gammas: Sequence[int], tokens_per_round: Sequence[float
 
     Returns:
         Figure with traces: tokens per round, speed-up (theory), Monte Carlo, best γ.
+
+    Raises:
+        TypeError / ValueError: columns not finite, of other lengths, or a γ not an integer.
     """
+    gammas = [check_int("gammas[i]", g, 0) for g in gammas]
+    tokens_per_round = checks.series("tokens_per_round", tokens_per_round, low=0, length=len(gammas), length_of="gammas")
+    speedup = checks.series("speedup", speedup, low=0, length=len(gammas), length_of="gammas")
+    if mc_speedup is not None:
+        mc_speedup = checks.series("mc_speedup", mc_speedup, low=0, length=len(gammas), length_of="gammas")
+    if selected is not None:
+        check_int("selected", selected, 0)
+    checks.text("title", title)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=list(gammas), y=list(tokens_per_round), name="tokens / target forward (c = 0, v = 1)",
                              mode="lines", line={"color": "#7f7f7f", "dash": "dot", "width": 2}))

@@ -15,6 +15,7 @@ from ..kv import decode_throughput, step_time, throughput_ceiling
 from ..serving_math import batching_report
 from ..sim.batching import simulate_batching, spread_lengths
 from ..sim.serving import latency_stats, poisson_requests, simulate
+from ..validation import check_real
 from ..viz.batching import (
     goodput_bars_figure,
     latency_scatter_figure,
@@ -22,6 +23,7 @@ from ..viz.batching import (
     slot_gantt_figure,
     step_time_figure,
 )
+from .common import guarded, panel_int, panel_real
 
 
 def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:
@@ -45,7 +47,15 @@ def _text(*lines: str) -> str:
 # ----------------------------------------------------------------------------- step time
 
 def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: float = 3.3) -> W.VBox:
-    """``t(B) = (W + B·K) / BW`` with sliders for ``K`` (KV per request) and ``W``."""
+    """``t(B) = (W + B·K) / BW`` with sliders for ``K`` (KV per request) and ``W``.
+
+    Raises:
+        TypeError / ValueError: ``weight_gb`` outside 1–140, ``kv_gb`` outside 0.01–2 (the
+            sliders), ``bandwidth_tbs`` not > 0.
+    """
+    panel_real("weight_gb", weight_gb, 1.0, 140.0)
+    panel_real("kv_gb", kv_gb, 0.01, 2.0)
+    check_real("bandwidth_tbs", bandwidth_tbs, 0, low_open=True)
     kv = _slider(W.FloatSlider(value=kv_gb, min=0.01, max=2.0, step=0.01, description="K (GB/request)",
                                continuous_update=False))
     wt = _slider(W.FloatSlider(value=weight_gb, min=1.0, max=140.0, step=1.0, description="W (GB weights)",
@@ -61,7 +71,9 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
     ms, tps, ceil = data()
     fig = _figure_widget(step_time_figure(batches, ms, tps, ceiling=ceil, marks=(1, 64, 240)))
     info = W.HTML()
+    error = W.HTML()
 
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         ms, tps, ceil = data()
         with fig.batch_update():
@@ -78,7 +90,9 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
     kv.observe(redraw, "value")
     wt.observe(redraw, "value")
     redraw()
-    return Panel([W.HBox([wt, kv]), info, fig])
+    box = Panel([W.HBox([wt, kv]), info, fig, error])
+    box.error = error
+    return box
 
 
 # ----------------------------------------------------------------------------- static vs continuous
@@ -100,7 +114,16 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     (alternating, so every static batch holds both kinds as in the 4 × 50 + 4 × 400 example).
     Sliders: length spread, batch size, number of requests. Shows both Gantt charts, the
     simulated step counts and the closed form of :func:`labsupport.serving_math.batching_report`.
+
+    Raises:
+        TypeError / ValueError: a starting value outside its slider's range (requests 8–128,
+            batch size 2–32, spread 0–0.95) or ``mean_len`` outside 1–10 000.
     """
+    panel_int("num_requests", num_requests, 8, 128)
+    panel_int("batch_size", batch_size, 2, 32)
+    panel_int("mean_len", mean_len, 1, 10_000)
+    panel_real("spread", spread, 0.0, 0.95)
+    panel_int("seed", seed, 0, 2 ** 32 - 1)
     spread_s = _slider(W.FloatSlider(value=spread, min=0.0, max=0.95, step=0.01, description="length spread",
                                      continuous_update=False))
     bsz = _slider(W.IntSlider(value=batch_size, min=2, max=32, step=2, description="batch size",
@@ -108,6 +131,7 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     nreq = _slider(W.IntSlider(value=num_requests, min=8, max=128, step=8, description="requests",
                                continuous_update=False))
     info = W.HTML()
+    error = W.HTML()
 
     def runs():
         short, long = spread_lengths(mean_len, spread_s.value)
@@ -120,6 +144,7 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
                                             num_steps={f"{p} batching": r.num_steps for p, r in rs.items()},
                                             title="Slots over time (blue = short request, orange = long, grey = idle)"))
 
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         lens, rs = runs()
         b = bsz.value
@@ -145,7 +170,9 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     for s in (spread_s, bsz, nreq):
         s.observe(redraw, "value")
     redraw()
-    return Panel([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), fig])
+    box = Panel([W.HBox([W.VBox([spread_s, bsz, nreq]), info]), fig, error])
+    box.error = error
+    return box
 
 
 # ----------------------------------------------------------------------------- goodput
@@ -158,7 +185,17 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
         results: ``{configuration: [RequestMetrics of each request]}`` — e.g. real-engine runs
             at several ``max_num_seqs``; goodput is :func:`labsupport.engine.metrics.goodput`.
         ttft_slo_ms, tpot_slo_ms: initial targets.
+
+    Raises:
+        ValueError: no configurations, one without requests, or an SLO not > 0.
     """
+    if not hasattr(results, "items") or not results:
+        raise ValueError(f"results must map at least one configuration to its RequestMetrics, got {results!r}")
+    for n, ms in results.items():
+        if not ms:
+            raise ValueError(f"results[{n!r}] must hold at least one RequestMetrics, got none")
+    check_real("ttft_slo_ms", ttft_slo_ms, 1.0)
+    check_real("tpot_slo_ms", tpot_slo_ms, 0.1)
     names = list(results)
     points = {n: ([1e3 * m.ttft for m in ms], [1e3 * (m.tpot or 0.0) for m in ms]) for n, ms in results.items()}
     top_ttft = max([max(p[0]) for p in points.values()] + [ttft_slo_ms])
@@ -176,7 +213,9 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
     good = goodputs()
     bars = _figure_widget(goodput_bars_figure(names, rates, good), width=440)
     info = W.HTML()
+    error = W.HTML()
 
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         good = goodputs()
         with scatter.batch_update():
@@ -194,7 +233,9 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
     ttft_s.observe(redraw, "value")
     tpot_s.observe(redraw, "value")
     redraw()
-    return Panel([W.HBox([ttft_s, tpot_s]), info, W.HBox([scatter, bars])])
+    box = Panel([W.HBox([ttft_s, tpot_s]), info, W.HBox([scatter, bars]), error])
+    box.error = error
+    return box
 
 
 # ----------------------------------------------------------------------------- disaggregation
@@ -206,7 +247,16 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
     Requests: half with a 256-token prompt, half with ``long_prompt`` tokens, 128 output
     tokens each, Poisson arrivals. Two machines in every case (two colocated replicas, or
     one prefill + one decode machine). Sliders: arrival rate, long-prompt length, chunk size.
+
+    Raises:
+        TypeError / ValueError: a starting value outside its slider's range (rate 0.5–20,
+            long prompt 512–16 384, chunk 64–4096) or ``num_requests`` outside 1–10 000.
     """
+    panel_real("rate", rate, 0.5, 20.0)
+    panel_int("long_prompt", long_prompt, 512, 16384)
+    panel_int("chunk", chunk, 64, 4096)
+    panel_int("num_requests", num_requests, 1, 10_000)
+    panel_int("seed", seed, 0, 2 ** 32 - 1)
     rate_s = _slider(W.FloatSlider(value=rate, min=0.5, max=20.0, step=0.5, description="requests/s",
                                    continuous_update=False))
     long_s = _slider(W.IntSlider(value=long_prompt, min=512, max=16384, step=512, description="long prompt",
@@ -222,6 +272,9 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
     r = rows()
     fig = _figure_widget(latency_summary_figure(r, "Latency on two H100s (Llama 3 8B cost model)"))
 
+    error = W.HTML()
+
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         r = rows()
         with fig.batch_update():
@@ -231,4 +284,6 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
 
     for s in (rate_s, long_s, chunk_s):
         s.observe(redraw, "value")
-    return Panel([W.HBox([rate_s, long_s, chunk_s]), fig])
+    box = Panel([W.HBox([rate_s, long_s, chunk_s]), fig, error])
+    box.error = error
+    return box

@@ -14,6 +14,7 @@ import time
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
+from IPython.display import HTML
 
 from labsupport.widgets.snapshot import Panel
 
@@ -22,6 +23,7 @@ from ..generation import generate
 from ..models import LoadedModel
 from ..sampling import GREEDY
 from ..viz.beam import beam_tree_figure, display_text
+from .common import error_html, panel_int, panel_real, panel_text
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -75,7 +77,17 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
     Returns:
         A ``VBox`` with the controls, the tree (an ``Output`` showing the figure), a summary and a
         message area.
+
+    Raises:
+        TypeError / ValueError: a starting value outside its slider's range (B 1–6, depth 1–8,
+            α −1 … 3) or ``max_children`` not an integer ≥ 0.
     """
+    panel_text("prompt", prompt)
+    panel_int("beam_width", beam_width, 1, 6)
+    panel_int("depth", depth, 1, 8)
+    panel_real("length_penalty", length_penalty, -1.0, 3.0)
+    panel_int("max_children", max_children, 0, 20)
+    panel_int("width_px", width_px, 200, 4000)
     prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
                               layout=widgets.Layout(width="60%"))
     width = widgets.IntSlider(value=beam_width, min=1, max=6, description="beam width B", continuous_update=False,
@@ -106,8 +118,8 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
         out.outputs = ()
         try:
             new_fig, new_text = compute()
-        except (TypeError, ValueError) as err:                 # e.g. an empty prompt: say so, keep the last tree
-            out.append_stdout(f"⚠ {err}\n")
+        except Exception as err:                 # noqa: BLE001 - e.g. an empty prompt: say so, keep the last tree
+            out.append_display_data(HTML(error_html(err)))
             return
         show_figure(tree, new_fig)
         summary.value = new_text

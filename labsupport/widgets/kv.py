@@ -14,6 +14,7 @@ from labsupport.widgets.snapshot import Panel
 from .. import kv
 from ..viz.kv import kv_cells_figure, kv_counts_figure, memory_figure
 from .beam import show_figure
+from .common import guarded, panel_choice, panel_int
 
 
 def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4,
@@ -26,13 +27,21 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
     Args:
         prompt_len: initial P (slider 1–48).
         new_tokens: initial n (slider 1–64).
-        step: initial step (clipped to ``[0, n]``).
+        step: initial step (0 … ``new_tokens``).
         width_px: width of the figures in pixels.
 
     Returns:
         A ``VBox`` of the controls, a numbers line and two ``Output`` s showing the figures.
+
+    Raises:
+        TypeError: a starting value not an integer.
+        ValueError: ``prompt_len``, ``new_tokens`` or ``step`` outside the slider ranges
+            (1–48, 1–64, 0–``new_tokens``).
     """
-    start = max(0, min(step, new_tokens))
+    panel_int("prompt_len", prompt_len, 1, 48)
+    panel_int("new_tokens", new_tokens, 1, 64)
+    start = panel_int("step", step, 0, new_tokens)
+    panel_int("width_px", width_px, 200, 4000)
     P = widgets.IntSlider(value=prompt_len, min=1, max=48, description="prompt P", continuous_update=False)
     n = widgets.IntSlider(value=new_tokens, min=1, max=64, description="new tokens n", continuous_update=False,
                           style={"description_width": "initial"})
@@ -60,7 +69,9 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
                 f"(at n = {m}: {kv.kv_saving(p, m):.2f}×)</div>")
 
     numbers.value = text()
+    error = widgets.HTML()
 
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_change=None):
         step_w.max = play.max = n.value
         new_cells, new_counts = figures()
@@ -70,7 +81,9 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
 
     for control in (P, n, step_w):
         control.observe(redraw, names="value")
-    return Panel([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts])
+    box = Panel([widgets.HBox([P, n]), widgets.HBox([play, step_w]), numbers, cells, counts, error])
+    box.error = error
+    return box
 
 
 SEQ_LENS = [2 ** k for k in range(7, 18)]            # 128 … 131,072 tokens
@@ -86,7 +99,7 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
         preset: initial model (a key of :data:`labsupport.kv.PRESETS` or of ``extra_presets``).
         seq_len: initial sequence length (a power of two, 128 … 131,072).
         batch: initial batch (1 … 256, powers of two).
-        kv_dtype: initial KV precision (``fp16``, ``fp8``, ``int4``).
+        kv_dtype: initial KV precision (a key of :data:`labsupport.kv.DTYPE_BITS`).
         extra_presets: more models, e.g. ``{"tiny-gpt2": kv.preset("tiny-gpt2")}``.
         width_px: width of the chart in pixels.
 
@@ -94,19 +107,18 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
         A ``VBox`` with the controls, a summary and the bar chart (an ``Output``).
 
     Raises:
-        ValueError: an unknown preset, a length or batch not offered by the sliders.
+        ValueError: an unknown preset or KV precision, a length or batch not offered by the sliders.
     """
+    panel_choice("kv_dtype", kv_dtype, kv.DTYPE_BITS)
     shapes = dict(kv.PRESETS, **(extra_presets or {}))
-    if preset not in shapes:
-        raise ValueError(f"preset must be one of {sorted(shapes)}, got {preset!r}")
-    if seq_len not in SEQ_LENS:
-        raise ValueError(f"seq_len must be one of {SEQ_LENS}, got {seq_len!r}")
-    if batch not in BATCHES:
-        raise ValueError(f"batch must be one of {BATCHES}, got {batch!r}")
+    panel_choice("preset", preset, sorted(shapes))
+    panel_choice("seq_len", seq_len, SEQ_LENS)
+    panel_choice("batch", batch, BATCHES)
+    panel_int("width_px", width_px, 200, 4000)
     model = widgets.Dropdown(options=list(shapes), value=preset, description="preset")
     attention = widgets.ToggleButtons(options=list(kv.ATTENTION_KINDS), value=shapes[preset].attention,
                                       description="attention")
-    precision = widgets.ToggleButtons(options=["fp16", "fp8", "int4"], value=kv_dtype, description="KV precision",
+    precision = widgets.ToggleButtons(options=list(kv.DTYPE_BITS), value=kv_dtype, description="KV precision",
                                       style={"description_width": "initial"})
     length = widgets.SelectionSlider(options=[(f"{s:,}", s) for s in SEQ_LENS], value=seq_len,
                                      description="sequence s", continuous_update=False,
@@ -131,6 +143,9 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
     fig, summary.value = build()
     show_figure(chart, fig)
 
+    error = widgets.HTML()
+
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(change=None):
         if change is not None and change["owner"] is model:
             attention.value = shapes[model.value].attention      # triggers one more redraw; harmless
@@ -139,4 +154,6 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
 
     for control in (model, attention, precision, length, batch_w):
         control.observe(redraw, names="value")
-    return Panel([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart])
+    box = Panel([widgets.HBox([model, attention]), precision, widgets.HBox([length, batch_w]), summary, chart, error])
+    box.error = error
+    return box

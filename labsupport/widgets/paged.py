@@ -12,6 +12,7 @@ from labsupport.widgets.snapshot import Panel
 from ..sim.fragmentation import Workload, compare
 from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
 from .beam import show_figure
+from .common import guarded, panel_choice, panel_int
 
 
 def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:
@@ -55,8 +56,15 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
 
     Returns:
         a ``VBox`` that already shows step 0 of the default run.
+
+    Raises:
+        TypeError: ``workload`` not a :class:`Workload`.
+        ValueError: ``block_size`` not one of the slider's sizes (1, 2, 4, … 128).
     """
     wl = workload or Workload()
+    if not isinstance(wl, Workload):
+        raise TypeError(f"workload must be a Workload or None, got {type(workload).__name__}")
+    panel_choice("block_size", block_size, BLOCK_SIZES)
     state = {"runs": compare(wl, block_size)}
     reservation = W.IntSlider(value=wl.reservation, min=64, max=wl.memory_tokens, step=32,
                               description="reservation", continuous_update=False)
@@ -101,6 +109,10 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
                 shape.x0 = shape.x1 = k
         table.value = _table_text(state["runs"]["paged"], k)
 
+    error = W.HTML()
+    report = guarded(lambda msg: setattr(error, "value", msg))
+
+    @report
     def rerun(_=None) -> None:
         w = Workload(reservation=reservation.value, arrival_rate=rate.value, num_steps=wl.num_steps,
                      memory_tokens=wl.memory_tokens, prompt_len=wl.prompt_len,
@@ -121,12 +133,14 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
     reservation.observe(rerun, "value")
     bsize.observe(rerun, "value")
     rate.observe(rerun, "value")
-    step.observe(lambda ch: redraw_step(ch["new"]), "value")
+    step.observe(report(lambda ch: redraw_step(ch["new"])), "value")
     table.layout.width = "500px"
     step.layout.width = "380px"
     controls = W.HBox([W.VBox([reservation, bsize, rate], layout=W.Layout(min_width="430px")),
                        W.VBox([W.HBox([play, step]), table])])
-    return Panel([controls, grid_fig, line_fig])
+    box = Panel([controls, grid_fig, line_fig, error])
+    box.error = error
+    return box
 
 
 def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int,
@@ -147,6 +161,9 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
     Returns:
         a ``VBox`` (slider, info, an ``Output`` showing the figure) showing frame ``start``;
         the slider's value is the frame index, its readout the frame's label.
+
+    Raises:
+        ValueError: no frames, or ``start`` not a frame index.
     """
     if not frames:
         raise ValueError("frames must hold at least one recorded step, got none")
@@ -162,6 +179,8 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
                                   cached_blocks=f.get("cached_blocks", ()), title=f"{title} — {f['label']}",
                                   request_ids=ids)
 
+    if start is not None:
+        panel_int("start", start, 0, len(frames) - 1)
     k0 = start if start is not None else max(range(len(frames)),
                                              key=lambda k: sum(len(t) for t in frames[k]["block_tables"].values()))
     # A plain plotly output redrawn on every move (not a FigureWidget updated in place: in
@@ -177,6 +196,9 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
                                continuous_update=False)
     slider.layout.width = "500px"
 
+    error = W.HTML()
+
+    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(change) -> None:
         k = change["new"]
         show_figure(out, figure(k))
@@ -184,4 +206,6 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
             info.value = describe(frames[k])
 
     slider.observe(redraw, "value")
-    return Panel([slider, info, out])
+    box = Panel([slider, info, out, error])
+    box.error = error
+    return box

@@ -15,6 +15,7 @@ from ..parallel import cost_model as cm
 from ..parallel.pipeline import bubble_fraction
 from ..viz.parallel import cluster_figure, pipeline_timeline_figure
 from .beam import show_figure
+from .common import panel_choice
 
 TP_DEGREES = [1, 2, 4, 8, 16]
 PP_DEGREES = [1, 2, 4, 8]
@@ -82,8 +83,7 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
     for name, value, options in (("model", model, list(models)), ("tp", tp, TP_DEGREES), ("pp", pp, PP_DEGREES),
                                  ("interconnect", interconnect, list(links)), ("batch", batch, BATCHES),
                                  ("context", context, CONTEXTS)):
-        if value not in options:
-            raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        panel_choice(name, value, options)
     model_w = widgets.Dropdown(options=list(models), value=model, description="model")
     link_w = widgets.Dropdown(options=list(links), value=interconnect, description="TP link",
                               layout={"width": "340px"})

@@ -37,6 +37,7 @@ from labsupport.sampling import (
 )
 from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
+from labsupport.widgets.common import panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
@@ -302,7 +303,8 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         prompt: the starting prompt (editable).
         temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty:
             starting values (validated by
-            :class:`labsupport.sampling.SamplingParams`).
+            :class:`labsupport.sampling.SamplingParams`, then against the sliders: T 0–5,
+            top-k 0–vocabulary, top-p 0.01–1, θ 0.1–3).
         seed: starting seed (0–99) of the ``torch.Generator`` used for sampling.
         max_new_tokens: starting continuation length in tokens (1–60).
         n_samples: continuations drawn by the samples button (≥ 1).
@@ -315,9 +317,15 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
     Raises:
         ValueError: a starting value outside its range.
     """
+    panel_int("max_new_tokens", max_new_tokens, 1, 60)
     SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                    repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                    presence_penalty=presence_penalty, max_tokens=max_new_tokens)        # validates
+    vocab = int(lm.model.config.vocab_size)
+    for name, value, lo, hi in (("temperature", temperature, 0.0, 5.0), ("top_p", top_p, 0.01, 1.0),
+                                ("repetition_penalty", repetition_penalty, 0.1, 3.0)):
+        panel_real(name, value, lo, hi)                   # the sliders' ranges (the core allows more)
+    panel_int("top_k", top_k, 0, vocab)
     for name, value, lo, hi in (("seed", seed, 0, 99), ("max_new_tokens", max_new_tokens, 1, 60),
                                 ("n_samples", n_samples, 1, 100), ("top_n", top_n, 1, 100)):
         check_int(name, value, lo, hi)
@@ -332,11 +340,11 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
     controls = {
         "prompt": widgets.Text(value=prompt, description="prompt", continuous_update=False,
                                layout=widgets.Layout(width="95%"), style=_WIDE),
-        "temperature": slider(widgets.FloatSlider, temperature, 0.0, 2.0, 0.05, "temperature T (0 = greedy)", ".2f"),
-        "top_k": slider(widgets.IntSlider, top_k, 0, 50, 1, "top-k (0 = off)"),
-        "top_p": slider(widgets.FloatSlider, top_p, 0.05, 1.0, 0.05, "top-p (1 = off)", ".2f"),
+        "temperature": slider(widgets.FloatSlider, temperature, 0.0, 5.0, 0.05, "temperature T (0 = greedy)", ".2f"),
+        "top_k": slider(widgets.IntSlider, top_k, 0, vocab, 1, "top-k (0 = off)"),
+        "top_p": slider(widgets.FloatSlider, top_p, 0.01, 1.0, 0.01, "top-p (1 = off)", ".2f"),
         "min_p": slider(widgets.FloatSlider, min_p, 0.0, 1.0, 0.05, "min-p (0 = off)", ".2f"),
-        "repetition_penalty": slider(widgets.FloatSlider, repetition_penalty, 1.0, 2.0, 0.05,
+        "repetition_penalty": slider(widgets.FloatSlider, repetition_penalty, 0.1, 3.0, 0.05,
                                      "repetition penalty θ (1 = off)", ".2f"),
         "frequency_penalty": slider(widgets.FloatSlider, frequency_penalty, -2.0, 2.0, 0.1,
                                     "frequency penalty (0 = off)", ".1f"),

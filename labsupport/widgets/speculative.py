@@ -10,6 +10,7 @@ built (so it shows something where callbacks never run, e.g. under nbval) and re
 from __future__ import annotations
 
 import html
+import math
 from types import SimpleNamespace
 
 import ipywidgets as widgets
@@ -29,6 +30,7 @@ from labsupport.speculative import (
     speedup,
 )
 from labsupport.viz.speculative import rounds_figure, speedup_curve_figure
+from labsupport.widgets.common import guarded, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
@@ -61,6 +63,11 @@ def flags_to_rounds(flags: np.ndarray) -> list[SimpleNamespace]:
                             bonus=int(n) == g) for n in n_acc]
 
 
+def _number(x: float) -> str:
+    """``x`` to 2 decimals, or "–" when there is nothing to measure (NaN: nothing was proposed)."""
+    return "–" if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
 def _sim_label(i: int) -> str:
     return "t" if i == 0 else f"d{i}"
 
@@ -76,7 +83,17 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
     Returns:
         VBox with ``controls`` (alpha, gamma, c, s), ``figures`` (curve, rounds), ``stats``,
         ``update``.
+
+    Raises:
+        TypeError / ValueError: a starting value outside its slider's range (α 0.05–0.99,
+            γ 1–``gamma_max``, c 0–0.6, ``gamma_max`` 1–64, ``n_rounds`` 1–10⁶, ``seed`` ≥ 0).
     """
+    panel_int("gamma_max", gamma_max, 1, 64)
+    panel_real("alpha", alpha, 0.05, 0.99)
+    panel_int("gamma", gamma, 1, gamma_max)
+    panel_real("c", c, 0.0, 0.6)
+    panel_int("n_rounds", n_rounds, 1, 1_000_000)
+    panel_int("seed", seed, 0, 2 ** 32 - 1)
     controls = {
         "alpha": widgets.FloatSlider(value=alpha, min=0.05, max=0.99, step=0.01, description="acceptance α",
                                      style=_WIDE, continuous_update=False),
@@ -93,7 +110,9 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
     strip = go.FigureWidget(rounds_figure(flags_to_rounds(np.ones((12, gamma), bool)), _sim_label,
                                           title="12 simulated rounds"))
     stats = widgets.HTML()
+    error = widgets.HTML()
 
+    @guarded(lambda msg: setattr(error, "value", msg))
     def update(*_):
         a, g, cc, s = (controls[k].value for k in ("alpha", "gamma", "c", "s"))
         rng = np.random.default_rng(seed)
@@ -120,7 +139,8 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
         w.observe(update, names="value")
     update()
     box = Panel([widgets.HBox([controls["alpha"], controls["gamma"]]),
-                        widgets.HBox([controls["c"], controls["s"]]), stats, curve, strip])
+                        widgets.HBox([controls["c"], controls["s"]]), stats, curve, strip, error])
+    box.error = error
     box.controls, box.figures, box.stats, box.update = controls, (curve, strip), stats, update
     box.figure = curve
     return box
@@ -139,8 +159,17 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
         :class:`labsupport.speculative.SpeculativeResult`, in ``box.state["result"]``).
 
     Raises:
-        ValueError: draft and target do not share a vocabulary (checked once, here).
+        ValueError: draft and target do not share a vocabulary (checked once, here), or a
+            starting value outside its slider's range (γ 1–8, temperature 0–1.5, seed 0–20).
+        TypeError: a starting value of the wrong type.
     """
+    panel_int("gamma", gamma, 1, 8)
+    panel_real("temperature", temperature, 0.0, 1.5)
+    panel_int("seed", seed, 0, 20)
+    panel_int("max_new_tokens", max_new_tokens, 1, 10_000)
+    panel_int("max_rounds", max_rounds, 1, 100)
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
     proposers = {"draft model": DraftModelProposer(draft, target), "n-gram": NgramProposer()}
     controls = {
         "proposer": widgets.ToggleButtons(options=list(proposers), value="draft model", description="proposer",
@@ -157,7 +186,9 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
     stats = widgets.HTML()
     text = widgets.HTML()
     state = {}
+    error = widgets.HTML()
 
+    @guarded(lambda msg: setattr(error, "value", msg))
     def update(*_):
         g, t, s = controls["gamma"].value, controls["temperature"].value, controls["seed"].value
         params = SamplingParams(temperature=t, seed=s)
@@ -169,9 +200,9 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
                                            title=f"First rounds: {controls['proposer'].value}, γ = {g}, T = {t:g}"))
         theory = st.theory_tokens_per_round
         stats.value = "".join([
-            _stat("measured α", f"{st.alpha:.2f}"),
-            _stat("tokens / target forward", f"{st.tokens_per_round:.2f}"),
-            _stat("theory at that α", f"{theory:.2f}"),
+            _stat("measured α", _number(st.alpha)),
+            _stat("tokens / target forward", _number(st.tokens_per_round)),
+            _stat("theory at that α", _number(theory)),
             _stat("target forwards", f"{st.target_forwards} for {len(res.token_ids)} tokens"),
         ])
         text.value = (f"<div style='font-size:16px;font-family:monospace;white-space:pre-wrap'>"
@@ -181,6 +212,7 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
         w.observe(update, names="value")
     update()
     box = Panel([controls["proposer"], widgets.HBox([controls["gamma"], controls["temperature"]]),
-                        controls["seed"], stats, figure, text])
+                        controls["seed"], stats, figure, text, error])
+    box.error = error
     box.controls, box.figure, box.stats, box.update, box.state = controls, figure, stats, update, state
     return box
