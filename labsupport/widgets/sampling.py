@@ -37,7 +37,7 @@ from labsupport.sampling import (
 )
 from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
-from labsupport.widgets.common import panel_int, panel_real
+from labsupport.widgets.common import error_html, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
@@ -94,9 +94,6 @@ def _refresh(figure: go.FigureWidget, fresh: go.Figure) -> None:
 def _labels(lm: LoadedModel, ids: list[int]) -> list[str]:
     return unique_labels([lm.token_str(i) for i in ids])
 
-
-def _error_html(err: Exception) -> str:
-    return f"<span style='color:#b00020;font-size:16px'>⚠ {html.escape(str(err))}</span>"
 
 
 def _stat(name: str, value: str) -> str:
@@ -200,7 +197,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
         try:
             ids_logits = cache.get(prompt_box.value)
         except (TypeError, ValueError) as err:
-            stats.value = _error_html(err)
+            stats.value = error_html(err)
             return
         try:
             ids, logits = ids_logits
@@ -246,7 +243,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
                 parts.append(f"<div>(prompt cut to its last {len(ids)} tokens)</div>")
             stats.value = "".join(parts)
         except Exception as err:  # noqa: BLE001 - a panel never throws into the notebook
-            stats.value = _error_html(err)
+            stats.value = error_html(err)
 
     def on_shift(_):
         state["offset"] += shift
@@ -373,7 +370,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         try:
             ids, logits = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
         except (TypeError, ValueError) as err:
-            stats.value, continuation.value = _error_html(err), ""
+            stats.value, continuation.value = error_html(err), ""
             return
         trace = trace_filters(logits, sp, prev_ids=ids, prompt_lens=len(ids))
         top = torch.topk(trace.base_probs, top_n).indices.tolist()
@@ -400,7 +397,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
             ids, _ = cache.get(controls["prompt"].value, reserve=sp.max_tokens)
         except (TypeError, ValueError) as err:
             output.outputs = ()
-            output.append_display_data(HTML(_error_html(err)))
+            output.append_display_data(HTML(error_html(err)))
             return
         gen = torch.Generator(device=lm.device).manual_seed(sp.seed)
         results = generate_batch(lm, [ids] * n_samples, sp, generator=gen)

@@ -27,11 +27,10 @@ from labsupport.structured import for_model, normalize_spec
 from labsupport.validation import check_int, check_real
 from labsupport.viz.structured import masked_candidates_figure, pick_candidates
 
+from .common import error_html
+
 _WIDE = {"description_width": "initial"}
 
-
-def _error_html(err: Exception) -> str:
-    return f"<div style='color:#b00020;font-size:16px'>⚠ {html.escape(str(err))}</div>"
 
 
 def _stat(name: str, value: str) -> str:
@@ -145,7 +144,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         try:
             _update()
         except Exception as err:  # noqa: BLE001 - a panel shows its errors, it never raises
-            note.value = _error_html(err)
+            note.value = error_html(err)
 
     def _update():
         on = controls["grammar"].value
@@ -199,7 +198,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
             try:
                 fn()
             except Exception as err:  # noqa: BLE001
-                note.value = _error_html(err)
+                note.value = error_html(err)
             update()
         return run
 
@@ -250,7 +249,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         try:
             force_text()
         except Exception as err:  # noqa: BLE001
-            note.value = _error_html(err)
+            note.value = error_html(err)
         _update_keep_note()
 
     def _update_keep_note():
