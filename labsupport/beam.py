@@ -189,7 +189,8 @@ def _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_re
 def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 4, *,
                 max_new_tokens: int = 16, length_penalty: float = 1.0,
                 early_stopping: bool | str = False, num_return_sequences: int = 1,
-                eos_token_id: int | None = None, ignore_eos: bool = False) -> BeamSearchResult:
+                eos_token_id: int | None = None, ignore_eos: bool = False,
+                stop_token_ids: Sequence[int] = ()) -> BeamSearchResult:
     """Beam search with length normalisation, recording the whole search tree.
 
     Args:
@@ -200,8 +201,11 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
         length_penalty: α in ``Σ log p / len^α`` (HF's default 1.0; 0 = raw sums).
         early_stopping: ``True``, ``False`` or ``"never"`` — as HF (module docstring).
         num_return_sequences: finished hypotheses returned, ``1 ≤ n ≤ B``.
-        eos_token_id: the token that ends a hypothesis (default: the model's EOS).
+        eos_token_id: the token that ends a hypothesis (default: every EOS id of the model,
+            :attr:`~labsupport.models.LoadedModel.eos_token_ids`).
         ignore_eos: never end on EOS (every hypothesis then has ``max_new_tokens`` tokens).
+        stop_token_ids: more ids that end a hypothesis (vLLM's ``stop_token_ids``; they still
+            end it with ``ignore_eos``). A hypothesis keeps its end id in ``token_ids``, not in ``text``.
 
     Returns:
         A :class:`BeamSearchResult`. Its tree holds, for every live beam at every step, that
@@ -219,9 +223,10 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
     check_bool("ignore_eos", ignore_eos)
     if eos_token_id is not None:
         check_int("eos_token_id", eos_token_id, 0, vocab - 1)
-    eos = None if ignore_eos else (lm.eos_token_id if eos_token_id is None else int(eos_token_id))
+    ends = frozenset() if ignore_eos else (lm.eos_token_ids if eos_token_id is None else frozenset({int(eos_token_id)}))
+    ends = ends | frozenset(check_int("stop_token_ids", t, 0, vocab - 1) for t in stop_token_ids)
     start = time.perf_counter()
-    search = BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, eos)
+    search = BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, ends)
     calls = forwards = 0
     while not search.done:
         batch = torch.tensor([ids + gen for _, gen in search.live], device=lm.device)   # (beams, P + step)
@@ -247,8 +252,8 @@ class BeamSearcher:
     """
 
     def __init__(self, lm: LoadedModel, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
-                 length_penalty: float, early_stopping: bool | str, eos: int | None):
-        self.lm, self.prompt_ids, self.eos = lm, prompt_ids, eos
+                 length_penalty: float, early_stopping: bool | str, end_ids: frozenset[int]):
+        self.lm, self.prompt_ids, self.end_ids = lm, prompt_ids, frozenset(end_ids)
         self.B, self.alpha = beam_width, float(length_penalty)
         self.max_new_tokens, self.early_stopping = max_new_tokens, early_stopping
         self.nodes = [BeamNode(0, None, 0, None, "", 0.0, 0.0, "root")]
@@ -294,11 +299,12 @@ class BeamSearcher:
                                       float(logp[b, tok]), float(total[b, tok]), "pruned"))
             node = nodes[child[(b, tok)]]
             gen = live[b][1] + [tok]
-            if tok == self.eos or last:                 # this candidate ends here
+            ends = tok in self.end_ids
+            if ends or last:                            # this candidate ends here
                 if rank < B:                            # only the first B may enter the finished list
-                    node.status, node.finish_reason = "finished", ("stop" if tok == self.eos else "length")
+                    node.status, node.finish_reason = "finished", ("stop" if ends else "length")
                     node.score = length_normalised_score(node.cum_logprob, len(gen), self.alpha)
-                    text = lm.decode(gen[:-1] if tok == self.eos else gen)
+                    text = lm.decode(gen[:-1] if ends else gen)
                     self.finished.append(Hypothesis(gen, text, node.cum_logprob, node.score, node.finish_reason,
                                                     node.node_id))
             elif len(new_live) < B:

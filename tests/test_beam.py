@@ -206,3 +206,17 @@ def test_paged_beams_share_the_prompt_blocks(tiny_lm):
     assert all(b == prompt_blocks[0] for b in prompt_blocks)            # one physical copy of the prompt
     assert first.private_blocks == 4 * 5 and first.used_blocks == 4 + 4   # 4 shared + one private tail each
     assert first.saved_fraction == pytest.approx(1 - 8 / 20)
+
+
+def test_stop_token_ids_and_every_eos_id_end_a_hypothesis(tiny_lm):
+    free = beam_search(tiny_lm, [5, 9, 2, 7, 1], 1, max_new_tokens=12, ignore_eos=True).best.token_ids
+    k = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+    stopped = beam_search(tiny_lm, [5, 9, 2, 7, 1], 1, max_new_tokens=12, ignore_eos=True,
+                          stop_token_ids=[free[k]]).best
+    assert stopped.token_ids == free[:k + 1] and stopped.finish_reason == "stop"
+    assert stopped.text == tiny_lm.decode(free[:k])
+    tiny_lm.model.generation_config.eos_token_id = [tiny_lm.eos_token_id, free[k]]
+    try:
+        assert beam_search(tiny_lm, [5, 9, 2, 7, 1], 1, max_new_tokens=12).best.token_ids == free[:k + 1]
+    finally:
+        tiny_lm.model.generation_config.eos_token_id = tiny_lm.eos_token_id

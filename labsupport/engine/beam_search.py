@@ -86,14 +86,14 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
     if max(len(r) for r in rows) + max_new_tokens > limit:
         raise ValueError(f"prompt length + max_new_tokens must be <= {limit} (the model's n_positions), "
                          f"got {max(len(r) for r in rows)} + {max_new_tokens}")
-    eos = None if ignore_eos else lm.eos_token_id
+    ends = frozenset() if ignore_eos else lm.eos_token_ids
     if num_blocks is None:
         per_beam = -(-(max(len(r) for r in rows) + max_new_tokens) // block_size) + 1
         num_blocks = len(rows) * (2 * beam_width) * per_beam
     bm = BlockManager(num_blocks, block_size)
     runner = ModelRunner(lm, block_size, num_blocks)
     start = time.perf_counter()
-    searches = [BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, eos) for ids in rows]
+    searches = [BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, ends) for ids in rows]
     beams: list[list[str]] = [[f"{p}:0"] for p in range(len(rows))]    # sequence id of each live beam
     feed = {f"{p}:0": ids for p, ids in enumerate(rows)}               # first step: the prompts (prefill)
     calls = [0] * len(rows)
