@@ -22,11 +22,11 @@ data (copy-on-write, swap) return the block pairs the runner must copy.
 from __future__ import annotations
 
 import numbers
-from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 
 from ..validation import check_bool, check_int
 from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
+from .swap_space import SwapSpace
 
 __all__ = ["Block", "BlockManager", "BlockPool", "NoFreeBlocksError", "block_hash"]
 
@@ -61,8 +61,7 @@ class BlockManager:
         self.block_size = check_int("block_size", block_size, 1)
         self.enable_prefix_caching = check_bool("enable_prefix_caching", enable_prefix_caching)
         self.num_cpu_blocks = num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
-        self.cpu_blocks = [Block(i) for i in range(num_cpu_blocks)]
-        self._cpu_free: deque[int] = deque(range(num_cpu_blocks))
+        self.swap_space = SwapSpace(num_cpu_blocks)
         self._tables: dict[SeqId, list[int]] = {}                   # seq -> physical block ids
         self._num_tokens: dict[SeqId, int] = {}                     # seq -> tokens with a slot
         self._chain: dict[SeqId, list[int]] = {}                    # seq -> hashes of its computed full blocks
@@ -97,7 +96,7 @@ class BlockManager:
 
     @property
     def num_free_cpu_blocks(self) -> int:
-        return len(self._cpu_free)
+        return self.swap_space.num_free_blocks
 
     def blocks_needed(self, num_tokens: int) -> int:
         """``ceil(num_tokens / block_size)``: blocks that hold ``num_tokens`` slots."""
@@ -369,8 +368,7 @@ class BlockManager:
         table = self._table(seq_id)
         if seq_id in self._swapped:
             for block_id in table:
-                self.cpu_blocks[block_id].reset()
-                self._cpu_free.append(block_id)
+                self.swap_space.release(block_id)
             self._swapped.discard(seq_id)
         else:
             for block_id in reversed(table):
@@ -379,7 +377,7 @@ class BlockManager:
 
     # ------------------------------------------------------------------ swap (preemption by swap)
     def can_swap_out(self, seq_id: SeqId) -> bool:
-        return len(self._table(seq_id)) <= len(self._cpu_free)
+        return len(self._table(seq_id)) <= self.swap_space.num_free_blocks
 
     def swap_out(self, seq_id: SeqId) -> dict[int, int]:
         """Move a sequence's blocks to CPU swap space.
@@ -396,14 +394,11 @@ class BlockManager:
             raise ValueError(f"sequence {seq_id!r} is already swapped out")
         table = self._table(seq_id)
         if not self.can_swap_out(seq_id):
-            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {len(table)} CPU blocks, {len(self._cpu_free)} free")
+            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {len(table)} CPU blocks, "
+                                    f"{self.swap_space.num_free_blocks} free")
         mapping = {}
         for i, block_id in enumerate(table):
-            cpu = self.cpu_blocks[self._cpu_free.popleft()]
-            cpu.ref_count = 1
-            cpu.token_ids = list(self.blocks[block_id].token_ids)
-            mapping[block_id] = cpu.block_id
-            table[i] = cpu.block_id
+            mapping[block_id] = table[i] = self.swap_space.take(self.blocks[block_id].token_ids)
         for block_id in reversed(list(mapping)):
             self.pool.release(block_id)
         self._swapped.add(seq_id)
@@ -431,9 +426,7 @@ class BlockManager:
         mapping = {}
         for i, cpu_id in enumerate(table):
             block = self.pool.take()
-            block.token_ids = list(self.cpu_blocks[cpu_id].token_ids)
-            self.cpu_blocks[cpu_id].reset()
-            self._cpu_free.append(cpu_id)
+            block.token_ids = list(self.swap_space.release(cpu_id))
             mapping[cpu_id] = block.block_id
             table[i] = block.block_id
         self._swapped.discard(seq_id)
@@ -458,6 +451,4 @@ class BlockManager:
             for block_id in table:
                 refs[block_id] += 1
         self.pool.audit(refs)
-        cpu_used = sum(len(self._tables[s]) for s in self._swapped)
-        if cpu_used + len(self._cpu_free) != self.num_cpu_blocks:
-            raise RuntimeError("CPU blocks: used + free != num_cpu_blocks")
+        self.swap_space.audit(sum(len(self._tables[s]) for s in self._swapped))
