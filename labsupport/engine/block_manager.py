@@ -151,22 +151,9 @@ class BlockManager:
 
     # ------------------------------------------------------------------ prefix cache
     def _match_prefix(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
-        """``(hash, block_id)`` of the cached full blocks this prompt starts with.
-
-        Only blocks that end before the prompt's last token count, so at least one token is
-        always left to compute (its logits give the next token). A hash hit is confirmed by
-        the stored token ids and parent hash; a mismatch is a miss and ends the match.
-        """
-        if not self.enable_prefix_caching:
-            return []
-        hits, parent, bs = [], None, self.block_size
-        for i in range((len(token_ids) - 1) // bs):
-            hit = self.pool.lookup(parent, [int(t) for t in token_ids[i * bs:(i + 1) * bs]])
-            if hit is None:                                     # not registered, or a collision
-                break
-            hits.append(hit)
-            parent = hit[0]
-        return hits
+        """``(key, block_id)`` of the registered full blocks this prompt starts with (none when
+        prefix caching is off); see :meth:`BlockPool.match_prefix`."""
+        return self.pool.match_prefix(token_ids, self.block_size) if self.enable_prefix_caching else []
 
     def num_prefix_hit_tokens(self, token_ids: Sequence[int]) -> int:
         """Tokens of ``token_ids`` a prefix-cache hit would skip (multiple of ``block_size``)."""
@@ -181,14 +168,8 @@ class BlockManager:
         """
         if not self.enable_prefix_caching or seq_id in self._swapped:
             return
-        table, chain, bs = self._table(seq_id), self._chain[seq_id], self.block_size
-        full = min(int(num_computed_tokens), self._num_tokens[seq_id]) // bs
-        for i in range(len(chain), full):
-            block = self.blocks[table[i]]
-            parent = chain[-1] if chain else None
-            h = self.pool.hash_fn(parent, block.token_ids[:bs])
-            chain.append(h)
-            self.pool.register(block, h, parent)
+        full = min(int(num_computed_tokens), self._num_tokens[seq_id]) // self.block_size
+        self.pool.register_full_blocks(self._table(seq_id), self._chain[seq_id], full, self.block_size)
 
     # ------------------------------------------------------------------ allocation
     def can_allocate(self, tokens: int | Sequence[int]) -> bool:

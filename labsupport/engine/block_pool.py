@@ -187,6 +187,33 @@ class BlockPool:
             return None
         return key, block_id
 
+    def match_prefix(self, token_ids: Sequence[int], block_size: int) -> list[tuple[int, int]]:
+        """``(key, block_id)`` of the registered full blocks ``token_ids`` starts with, in order.
+
+        Only blocks that end before the last token count, so at least one token is always left
+        to compute (its logits give the next token). The match ends at the first miss (a block
+        not registered, or a collision).
+        """
+        hits: list[tuple[int, int]] = []
+        parent = None
+        for i in range((len(token_ids) - 1) // block_size):
+            hit = self.lookup(parent, [int(t) for t in token_ids[i * block_size:(i + 1) * block_size]])
+            if hit is None:
+                break
+            hits.append(hit)
+            parent = hit[0]
+        return hits
+
+    def register_full_blocks(self, table: list[int], chain: list[int], num_full: int, block_size: int) -> None:
+        """Register a sequence's full, computed blocks ``chain[len(chain):num_full]`` of ``table``;
+        ``chain`` (the keys of its blocks registered so far) grows in place."""
+        for i in range(len(chain), num_full):
+            block = self.blocks[table[i]]
+            parent = chain[-1] if chain else None
+            key = self.hash_fn(parent, block.token_ids[:block_size])
+            chain.append(key)
+            self.register(block, key, parent)
+
     # ------------------------------------------------------------------ checks
     def audit(self, refs: list[int]) -> None:
         """Check ref counts against ``refs`` (table references per block), each block in exactly one
