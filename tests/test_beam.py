@@ -220,3 +220,14 @@ def test_stop_token_ids_and_every_eos_id_end_a_hypothesis(tiny_lm):
         assert beam_search(tiny_lm, [5, 9, 2, 7, 1], 1, max_new_tokens=12).best.token_ids == free[:k + 1]
     finally:
         tiny_lm.model.generation_config.eos_token_id = tiny_lm.eos_token_id
+
+
+def test_paged_beam_search_keeps_the_context_window_rule(tiny_lm):
+    from labsupport.engine.beam_search import paged_beam_search
+
+    res = paged_beam_search(tiny_lm, [[7] * 60], 2, max_new_tokens=500, ignore_eos=True, block_size=4)
+    ref = beam_search(tiny_lm, [7] * 60, 2, max_new_tokens=500, ignore_eos=True)
+    assert [h.token_ids for h in res.results[0].hypotheses] == [h.token_ids for h in ref.hypotheses]
+    assert res.results[0].best.length == 4
+    with pytest.raises(ValueError, match="n_positions"):
+        paged_beam_search(tiny_lm, [[7] * 64], 2, max_new_tokens=1)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..beam import BeamSearcher, BeamSearchResult, _validate
-from ..generation import _prompt_ids
+from ..generation import _check_length, _prompt_ids
 from ..models import LoadedModel
 from .block_manager import BlockManager
 from .extend import extend
@@ -82,18 +82,15 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
     rows = [_prompt_ids(lm, p) for p in prompts]
-    limit = int(lm.model.config.n_positions)
-    if max(len(r) for r in rows) + max_new_tokens > limit:
-        raise ValueError(f"prompt length + max_new_tokens must be <= {limit} (the model's n_positions), "
-                         f"got {max(len(r) for r in rows)} + {max_new_tokens}")
     ends = frozenset() if ignore_eos else lm.eos_token_ids
+    searches = [BeamSearcher(lm, ids, beam_width, _check_length(lm, len(ids), max_new_tokens), length_penalty,
+                             early_stopping, ends) for ids in rows]          # the one context-window rule
     if num_blocks is None:
-        per_beam = -(-(max(len(r) for r in rows) + max_new_tokens) // block_size) + 1
+        per_beam = -(-max(len(r) + s.max_new_tokens for r, s in zip(rows, searches)) // block_size) + 1
         num_blocks = len(rows) * (2 * beam_width) * per_beam
     bm = BlockManager(num_blocks, block_size)
     runner = ModelRunner(lm, block_size, num_blocks)
     start = time.perf_counter()
-    searches = [BeamSearcher(lm, ids, beam_width, max_new_tokens, length_penalty, early_stopping, ends) for ids in rows]
     beams: list[list[str]] = [[f"{p}:0"] for p in range(len(rows))]    # sequence id of each live beam
     feed = {f"{p}:0": ids for p, ids in enumerate(rows)}               # first step: the prompts (prefill)
     calls = [0] * len(rows)
