@@ -1,21 +1,34 @@
-"""Open chapters in real JupyterLab in headless Chromium, run all cells, move every slider.
+"""Open chapters in real JupyterLab in headless Chromium, run all cells, operate every control.
 
-    python3 tests/browser_check.py chapters/01_sampling.ipynb [...] --out /tmp/shots
+    python3 tests/browser_check.py chapters/01_sampling.ipynb [...] --out /tmp/shots [--repeat 2]
 
 Needs Debian's ``chromium`` (``apt-get install chromium``) and the Python package
 ``playwright`` in the interpreter that runs this script (never ``playwright install``: the
 system Chromium is used). JupyterLab is started from ``.venv`` on a free loopback port, on a scratch copy of the
 notebooks (so autosave never writes outputs into the committed chapters).
 
-For each notebook it saves, under ``--out/<notebook stem>/``:
-  ``00_after_run_all.png``          the whole page after "Run All Cells";
-  ``cell_NN.png``                   every cell holding a widget panel or a plotly figure;
-  ``cell_NN_slider_K.png``          the cell after moving its K-th slider to its end (keyboard End,
-                                    or Home when it already sits at the end);
-  ``cell_NN_button_K.png``          the cell after clicking its K-th button;
-and prints a summary: cells with a Python traceback, panels that did not redraw after a
-slider moved (screenshots compared byte-for-byte), browser console errors. Exit code 1 when
-a traceback or a console error was found.
+For each notebook: clear the outputs and "Run All Cells"; with ``--repeat N`` then N − 1 times
+"Restart Kernel and Run All Cells" (a busy machine's noise shows up as two runs that disagree).
+A run ends when every code cell has a number in its prompt (or one stopped with a traceback).
+Then every control of every panel is operated, one at a time, and the cell screenshotted
+before and after (a control whose cell did not change is "no redraw"):
+  sliders (keyboard End, or Home when already at the end), dropdowns and selects (another
+  option), toggle buttons (every option, then back to the first), a toggle button and checkboxes
+  (twice), radio buttons, text boxes (an empty text and a 40-digit number, each must show the red
+  ⚠ line or be ignored, never a traceback; then a valid value: the old one, the placeholder's
+  "e.g." example or "1"), buttons, play widgets (play, then pause).
+Saved under ``--out/<notebook stem>/``:
+  ``00_after_run_all_R.png``        the page after run R;
+  ``outputs_runR.json``             every code cell's output text after run R (compare the prose of two runs);
+  ``cell_NN_runR.png``              every cell holding a widget panel or a plotly figure, after run R;
+  ``cell_NN_<kind>_K<label>.png``   the cell after operating its K-th control of that kind;
+  ``console.txt``                   every browser console message (all types).
+The report of each notebook is printed as soon as it is done (Run All seconds per run, controls
+operated by kind, tracebacks, no-redraws, what each invalid text showed, console errors); the
+notebook is then closed and its kernel shut down. A widget callback that raises outside any
+cell output lands in JupyterLab's log console: a growing log count counts as a traceback.
+Exit code 1 on a traceback, a run that did not finish, a control that did not redraw, or a
+console error.
 
 Slides:
 
@@ -100,70 +113,310 @@ def wait_idle(page, timeout_s: float) -> bool:
     return False
 
 
-def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip_panels: bool = False) -> dict:
+# --- controls: every kind the panels use -------------------------------------------------------
+# ipywidgets 8 DOM: a selector for each control kind (what `operate` does to it is below).
+CONTROL_KINDS = {
+    "slider": ".widget-slider .noUi-handle",
+    "dropdown": ".widget-dropdown select",
+    "select": ".widget-select select",
+    "toggle_buttons": ".widget-toggle-buttons",
+    "toggle_button": "button.widget-toggle-button:not(.widget-toggle-buttons *)",
+    "checkbox": ".widget-checkbox input[type=checkbox]",
+    "radio": ".widget-radio-box",
+    "text": ".widget-text input[type=text], .widget-textarea textarea",
+    "button": "button.widget-button:not(.widget-play *)",
+    "play": ".widget-play",
+}
+#: what a text box receives before its valid value comes back: nothing, and a huge number
+INVALID_TEXTS = ("", "9" * 40)
+CELL_OF = "e => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).indexOf(e.closest('.jp-Cell'))"
+
+
+def log_count(page) -> int:
+    """Messages in JupyterLab's log console (output of a widget callback outside any cell lands there)."""
+    text = page.evaluate("() => (document.querySelector('.jp-LogConsoleStatusItem') || {}).textContent || ''")
+    m = re.search(r"(\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def settle(page, seconds: float = 2.0, timeout_s: float = 90.0) -> None:
+    """Let a callback run: a short sleep, then wait for the kernel to go idle."""
+    time.sleep(seconds)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        status = page.evaluate("""() => { const e = document.querySelector('.jp-Notebook-ExecutionIndicator');
+                                          return e ? e.getAttribute('data-status') : 'idle'; }""")
+        if status in (None, "idle"):
+            break
+        time.sleep(0.5)
+    time.sleep(0.5)
+
+
+def cell_problem(cell) -> str | None:
+    text = cell.inner_text()
+    if "Traceback" in text:
+        return text[-800:]
+    return None
+
+
+def valid_text_for(box, original: str) -> str:
+    """A value the box accepts: the one it had, else the placeholder's example, else a number."""
+    if original.strip():
+        return original
+    hint = box.get_attribute("placeholder") or ""
+    m = re.search(r"e\.g\.\s*(.+)$", hint)
+    if m:
+        return m.group(1).strip()
+    return "1"
+
+
+def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
+    """Operate every control of one cell's panel, one at a time, comparing screenshots around each."""
+    def shot(name: str | None = None) -> bytes:
+        with contextlib.suppress(Exception):
+            cell.scroll_into_view_if_needed(timeout=5000)
+        return cell.screenshot(path=str(out / name) if name else None)
+
+    def after(kind: str, k: int, before: bytes, label: str, wait: float = 2.0) -> bytes:
+        settle(page, wait)
+        now = shot(f"cell_{i:02d}_{kind}_{k}{label}.png")
+        report["controls"][kind] = report["controls"].get(kind, 0) + 1
+        problem = cell_problem(cell)
+        if problem:
+            report["tracebacks"].append({"cell": i, "after": f"{kind} {k}{label}", "text": problem})
+        if log_count(page) > report["log_messages"]:
+            report["log_messages"] = log_count(page)
+            report["tracebacks"].append({"cell": i, "after": f"{kind} {k}{label}",
+                                         "text": "new message(s) in the log console (a callback raised?)"})
+        if now == before:
+            report["no_redraw"].append(f"cell {i} {kind} {k}{label}")
+        log(f"    cell {i:2d} {kind} {k}{label}: {'redrawn' if now != before else 'NO REDRAW'}"
+            f"{' TRACEBACK' if problem else ''}")
+        return now
+
+    for k, handle in enumerate(cell.query_selector_all(CONTROL_KINDS["slider"])):
+        if not handle.is_visible():          # e.g. the temperature panel's edit sliders in the model mode
+            continue
+        before = shot()
+        start_value = handle.get_attribute("aria-valuenow")
+        handle.focus()
+        handle.press("End")
+        if handle.get_attribute("aria-valuenow") == start_value:   # already at the top: go down
+            handle.press("Home")
+        if handle.get_attribute("aria-valuenow") == start_value:
+            report["no_redraw"].append(f"cell {i} slider {k}: slider did not move")
+        after("slider", k, before, "", 2.5)
+
+    for kind in ("dropdown", "select"):
+        for k, sel in enumerate(cell.query_selector_all(CONTROL_KINDS[kind])):
+            if not sel.is_visible():
+                continue
+            options = sel.evaluate("s => Array.from(s.options).map(o => o.value)")
+            current = sel.evaluate("s => s.value")
+            others = [o for o in options if o != current]
+            if not others:
+                continue
+            before = shot()
+            sel.select_option(others[-1])
+            after(kind, k, before, "")
+
+    for k, group in enumerate(cell.query_selector_all(CONTROL_KINDS["toggle_buttons"])):
+        if not group.is_visible():
+            continue
+        buttons = [b for b in group.query_selector_all("button") if b.is_visible()]
+        for j, b in enumerate(buttons):
+            if "mod-active" in (b.get_attribute("class") or ""):
+                continue
+            before = shot()
+            b.click()
+            after("toggle_buttons", k, before, f"_option_{j}")
+        if buttons and "mod-active" not in (buttons[0].get_attribute("class") or ""):   # back to the first
+            before = shot()
+            buttons[0].click()
+            after("toggle_buttons", k, before, "_back")
+
+    for k, b in enumerate(cell.query_selector_all(CONTROL_KINDS["toggle_button"])):
+        if not b.is_visible():
+            continue
+        for label in ("_off", "_on"):                 # twice: it ends as it started
+            before = shot()
+            b.click()
+            after("toggle_button", k, before, label)
+
+    for k, box in enumerate(cell.query_selector_all(CONTROL_KINDS["checkbox"])):
+        if box.is_visible():
+            for label in ("_a", "_b"):
+                before = shot()
+                box.click()
+                after("checkbox", k, before, label)
+
+    for k, group in enumerate(cell.query_selector_all(CONTROL_KINDS["radio"])):
+        radios = [r for r in group.query_selector_all("input[type=radio]") if r.is_visible()]
+        others = [r for r in radios if not r.is_checked()]
+        if others:
+            before = shot()
+            others[-1].click()
+            after("radio", k, before, "")
+
+    for k, box in enumerate(cell.query_selector_all(CONTROL_KINDS["text"])):
+        if not box.is_visible():
+            continue
+        original = box.input_value()
+        for j, bad in enumerate(INVALID_TEXTS):
+            if bad == original:
+                continue
+            before = shot()
+            box.fill(bad)
+            box.press("Enter")
+            now = after("text", k, before, f"_invalid_{j}")
+            shown = "⚠" in cell.inner_text()
+            report["invalid_inputs"].append({"cell": i, "text": k, "input": bad[:12] or "(empty)",
+                                             "message": shown, "ignored": now == before})
+            if now == before:                      # ignored (e.g. an empty quiz answer): not a missing redraw
+                report["no_redraw"].remove(f"cell {i} text {k}_invalid_{j}")
+            log(f"      input {bad[:12] or '(empty)'!r}: {'message shown' if shown else 'no message'}"
+                f"{' (ignored)' if now == before else ''}")
+        good = valid_text_for(box, original)
+        before = shot()
+        box.fill(good)
+        box.press("Enter")
+        after("text", k, before, "_valid")
+        buttons = cell.query_selector_all(CONTROL_KINDS["button"])     # a quiz box answers on its button
+        if "⚠" in cell.inner_text() and not buttons:
+            report["tracebacks"].append({"cell": i, "after": f"text {k} valid {good!r}",
+                                         "text": "the error line stays after a valid value"})
+
+    for k, button in enumerate(cell.query_selector_all(CONTROL_KINDS["button"])):
+        if not button.is_visible():
+            continue
+        before = shot()
+        try:
+            button.click(timeout=5000)
+        except Exception as err:  # noqa: BLE001 - report and go on
+            report["tracebacks"].append({"cell": i, "text": f"button {k} not clickable: {err}"})
+            continue
+        after("button", k, before, "", 3.0)
+
+    for k, play in enumerate(cell.query_selector_all(CONTROL_KINDS["play"])):
+        buttons = play.query_selector_all("button")
+        if not buttons or not buttons[0].is_visible():
+            continue
+        before = shot()
+        buttons[0].click()                          # play ...
+        time.sleep(2.0)
+        if len(buttons) > 1:
+            buttons[1].click()                      # ... pause
+        after("play", k, before, "")
+
+
+def outputs_text(page) -> list[dict]:
+    """Every code cell's output as text (to compare the prose of two runs)."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) => ({
+        cell: i, code: c.classList.contains('jp-CodeCell'),
+        source: ((c.querySelector('.jp-InputArea-editor') || {}).innerText || '').split('\\n')[0].slice(0, 100),
+        output: ((c.querySelector('.jp-OutputArea') || {}).innerText || '')})).filter(c => c.code)""")
+
+
+def wait_run_all(page, timeout_s: float) -> bool:
+    """Wait until every code cell has run (a number in its prompt) or Run All stopped at an error.
+
+    Stable for three polls in a row: no ``[*]``, and no ``[ ]`` left unless a traceback ended the run.
+    """
+    deadline = time.time() + timeout_s
+    stable = 0
+    time.sleep(2)
+    while time.time() < deadline:
+        state = page.evaluate("""() => {
+            const p = Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(e => e.textContent);
+            return {busy: p.filter(t => t.includes('[*]')).length, todo: p.filter(t => /\\[\\s*\\]/.test(t)).length,
+                    error: Array.from(document.querySelectorAll('.jp-OutputArea-output[data-mime-type*="stderr"]'))
+                          .filter(e => /Traceback|Error/.test(e.textContent)).length};
+        }""")
+        done = state["busy"] == 0 and (state["todo"] == 0 or state["error"] > 0)
+        stable = stable + 1 if done else 0
+        if stable >= 3:
+            return True
+        time.sleep(1)
+    return False
+
+
+def run_all(page, run_timeout: float, restart: bool) -> tuple[bool, float]:
+    """Clear every output, then Run All Cells (or Restart Kernel and Run All); seconds until all ran."""
+    page.click("li.lm-MenuBar-item:has-text('Edit')")
+    page.click(".lm-Menu-item:has-text('Clear Outputs of All Cells')")
+    time.sleep(1)
+    page.click("li.lm-MenuBar-item:has-text('Kernel')" if restart else "li.lm-MenuBar-item:has-text('Run')")
+    if restart:
+        page.click(".lm-Menu-item:has-text('Restart Kernel and Run All Cells')")
+        page.locator(".jp-Dialog .jp-mod-accept").first.click(timeout=10_000)
+    else:
+        page.click(".lm-Menu-item:has-text('Run All Cells')")
+    started = time.time()
+    finished = wait_run_all(page, run_timeout)
+    return finished, round(time.time() - started - 2, 1)     # less the three polls that confirmed the end
+
+
+def close_notebook(page, port: int) -> None:
+    """Close the notebook's tab and shut its kernel down (the next notebook gets the CPU)."""
+    with contextlib.suppress(Exception):
+        page.click("li.lm-MenuBar-item:has-text('File')")
+        page.click(".lm-Menu-item:has-text('Close and Shut Down Notebook')", timeout=5000)
+        for _ in range(3):                          # "shut down?" then perhaps "save?": accept / discard
+            time.sleep(1)
+            dialog = page.locator(".jp-Dialog")
+            if not dialog.count():
+                break
+            discard = dialog.locator("button:has-text('Discard'), button:has-text(\"Don't Save\")")
+            (discard.first if discard.count() else dialog.locator(".jp-mod-accept").first).click(timeout=5000)
+    with contextlib.suppress(Exception):            # whatever is still running
+        sessions = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=10))
+        for s in sessions:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/sessions/{s['id']}", method="DELETE")
+            urllib.request.urlopen(req, timeout=30)
+
+
+def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip_panels: bool = False,
+                   repeat: int = 1, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "sliders": 0, "buttons": 0}
+    report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "controls": {}, "invalid_inputs": [],
+              "run_all_seconds": [], "finished": True, "log_messages": 0}
     page.goto(f"http://127.0.0.1:{port}/lab/tree/{nb}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar", timeout=60_000)
     time.sleep(3)
     with contextlib.suppress(Exception):  # dismiss the "Jupyter news?" toast, when it is shown
         page.locator(".jp-toast-button:has-text('No')").first.click(timeout=3000)
-    page.click("li.lm-MenuBar-item:has-text('Run')")
-    page.click(".lm-Menu-item:has-text('Run All Cells')")
-    started = time.time()
-    finished = wait_idle(page, run_timeout)
-    report["run_all_seconds"] = round(time.time() - started, 1)
-    report["finished"] = finished
-    time.sleep(2)
-    page.screenshot(path=str(out / "00_after_run_all.png"), full_page=False)
+    for run in range(1, repeat + 1):
+        finished, seconds = run_all(page, run_timeout, restart=run > 1)
+        report["run_all_seconds"].append(seconds)
+        report["finished"] &= finished
+        time.sleep(2)
+        page.screenshot(path=str(out / f"00_after_run_all_{run}.png"), full_page=False)
+        texts = outputs_text(page)
+        (out / f"outputs_run{run}.json").write_text(json.dumps(texts, indent=1, ensure_ascii=False))
+        cells = page.query_selector_all(".jp-Notebook .jp-Cell")
+        for i, cell in enumerate(cells):
+            text = cell.inner_text()
+            if "Traceback" in text or "Error:" in text and cell.query_selector("[data-mime-type*='stderr']"):
+                report["tracebacks"].append({"cell": i, "run": run, "text": text[-800:]})
+            if cell.query_selector(".js-plotly-plot, .jupyter-widgets, .widget-slider, .widget-button"):
+                with contextlib.suppress(Exception):
+                    cell.scroll_into_view_if_needed(timeout=5000)
+                time.sleep(0.3)
+                cell.screenshot(path=str(out / f"cell_{i:02d}_run{run}.png"))
+        log(f"  run {run}: {'finished' if finished else 'NOT FINISHED'} in {seconds} s, "
+            f"{len(report['tracebacks'])} traceback(s) so far")
+    report["log_messages"] = log_count(page)
+    if report["log_messages"]:
+        report["tracebacks"].append({"cell": None, "text": f"{report['log_messages']} message(s) in the log console"})
+    if skip_panels:
+        return report
     cells = page.query_selector_all(".jp-Notebook .jp-Cell")
     for i, cell in enumerate(cells):
-        text = cell.inner_text()
-        if "Traceback" in text or "Error:" in text and cell.query_selector("[data-mime-type*='stderr']"):
-            report["tracebacks"].append({"cell": i, "text": text[-800:]})
-        has_panel = cell.query_selector(".widget-slider, .js-plotly-plot, .jupyter-widgets, .widget-button")
-        if not has_panel or skip_panels:
+        if not cell.query_selector(", ".join(CONTROL_KINDS.values())):
             continue
-        try:
-            cell.scroll_into_view_if_needed(timeout=5000)
-        except Exception:  # noqa: BLE001 - JupyterLab hides far-away cells; scroll with JS instead
-            cell.evaluate("e => e.scrollIntoView()")
-        time.sleep(0.5)
-        base = out / f"cell_{i:02d}.png"
-        cell.screenshot(path=str(base))
-        handles = cell.query_selector_all(".widget-slider .noUi-handle")
-        for k, handle in enumerate(handles):
-            if not handle.is_visible():          # e.g. the temperature panel's edit sliders in the model mode
-                continue
-            report["sliders"] += 1
-            before = cell.screenshot()
-            start_value = handle.get_attribute("aria-valuenow")
-            handle.focus()
-            handle.press("End")
-            if handle.get_attribute("aria-valuenow") == start_value:   # already at the top: go down
-                handle.press("Home")
-            time.sleep(2.5)
-            wait_idle(page, 60)
-            shot = out / f"cell_{i:02d}_slider_{k}.png"
-            after = cell.screenshot(path=str(shot))
-            if handle.get_attribute("aria-valuenow") == start_value:
-                report["no_redraw"].append(f"cell {i} slider {k}: slider did not move")
-            elif after == before:
-                report["no_redraw"].append(f"cell {i} slider {k}")
-        for k, button in enumerate(cell.query_selector_all("button.jupyter-button, .widget-button")):
-            report["buttons"] += 1
-            try:
-                button.click(timeout=5000)
-            except Exception as err:  # noqa: BLE001 - report and go on
-                report["tracebacks"].append({"cell": i, "text": f"button {k} not clickable: {err}"})
-                continue
-            time.sleep(3)
-            wait_idle(page, 120)
-            cell.screenshot(path=str(out / f"cell_{i:02d}_button_{k}.png"))
-        text = cell.inner_text()
-        if "Traceback" in text:
-            report["tracebacks"].append({"cell": i, "text": text[-800:], "after": "interaction"})
+        log(f"  cell {i}: operating its controls")
+        operate_cell(page, cell, i, out, report, log)
     return report
 
 
@@ -263,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-timeout", type=float, default=240.0)
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=1600)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="Run All this many times (then Restart Kernel and Run All) before operating the controls")
     parser.add_argument("--deck", action="store_true", help="also present each notebook with jupyterlab-slideshow")
     parser.add_argument("--deck-only", action="store_true", help="with --deck: skip the per-panel checks before it")
     parser.add_argument("--offline", action="store_true",
@@ -288,26 +543,39 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy2(ROOT / rel, scratch / rel)
     lab = start_lab(port, scratch)
     reports, console_errors = [], []
+    ignored = ("favicon", "Failed to load resource", "net::ERR")
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
             page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+            console_all: list[str] = []
+            page.on("console", lambda m: console_all.append(f"{m.type}: {m.text}"))
             for nb in args.notebooks:
                 rel = os.path.relpath(Path(nb).resolve(), ROOT)
+                print(f"{rel}:", flush=True)
+                seen = len(console_errors)
                 reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout,
-                                              skip_panels=args.deck_only))
+                                              skip_panels=args.deck_only, repeat=args.repeat,
+                                              log=lambda line: print(line, flush=True)))
                 if args.deck:
                     reports[-1].update(check_deck(page, args.out / Path(rel).stem))
+                reports[-1]["console_errors"] = [e for e in console_errors[seen:] if not any(s in e for s in ignored)]
+                (args.out / Path(rel).stem / "console.txt").write_text("\n".join(console_all))   # every type, for reading
+                console_all.clear()
+                print(json.dumps(reports[-1], indent=1, ensure_ascii=False), flush=True)
+                close_notebook(page, port)
             browser.close()
     finally:
         os.killpg(lab.pid, 15)
         shutil.rmtree(scratch, ignore_errors=True)
-    ignored = ("favicon", "Failed to load resource", "net::ERR")
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
-    print(json.dumps({"reports": reports, "console_errors": console_errors[:20]}, indent=2))
-    bad = (any(r["tracebacks"] or not r["finished"] or r.get("deck_no_redraw") or r.get("deck_text_widgets")
-               for r in reports) or bool(console_errors))
+    summary = [{"notebook": r["notebook"], "run_all_seconds": r["run_all_seconds"], "controls": r["controls"],
+                "tracebacks": len(r["tracebacks"]), "no_redraw": r["no_redraw"],
+                "console_errors": len(r["console_errors"])} for r in reports]
+    print(json.dumps({"summary": summary, "console_errors": console_errors[:20]}, indent=1, ensure_ascii=False))
+    bad = (any(r["tracebacks"] or not r["finished"] or r["no_redraw"] or r.get("deck_no_redraw")
+               or r.get("deck_text_widgets") for r in reports) or bool(console_errors))
     return 1 if bad else 0
 
 
