@@ -1,0 +1,101 @@
+"""Wall-clock timings that hold on a busy laptop: warm-up, repeats, the median and the spread.
+
+A single ``time.perf_counter()`` difference on a 2-core machine shared with a browser can be
+off by a factor of two. A chapter's timing cell therefore runs the work once untimed (caches,
+allocator, lazy imports), then ``repeats`` times, and reports the **median** with the range
+(fastest … slowest). A sentence that interprets two timings asks :func:`clearly_faster`, which
+says "faster" only when the two ranges do not overlap, so noise cannot flip the prose.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .validation import check_callable, check_int, check_type
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated wall-clock measurements of one piece of work, in seconds."""
+
+    samples: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.samples:
+            raise ValueError("a Timing needs at least one sample, got none")
+        if any(not s >= 0 for s in self.samples):            # also rejects NaN
+            raise ValueError(f"timing samples must be seconds >= 0, got {self.samples}")
+
+    @property
+    def median(self) -> float:
+        """The median sample (seconds): what one run typically costs."""
+        return float(statistics.median(self.samples))
+
+    @property
+    def low(self) -> float:
+        """The fastest sample (seconds)."""
+        return float(min(self.samples))
+
+    @property
+    def high(self) -> float:
+        """The slowest sample (seconds)."""
+        return float(max(self.samples))
+
+    @property
+    def spread(self) -> float:
+        """(slowest − fastest) / median: 0.1 means the runs lie within ±5 % or so of each other."""
+        return (self.high - self.low) / self.median if self.median > 0 else 0.0
+
+    def ms(self, digits: int = 1) -> str:
+        """``"12.3 ms (11.9–14.0, 5 runs)"``: median, range and count, in milliseconds."""
+        f = f"{{:.{digits}f}}"
+        return (f"{f.format(1e3 * self.median)} ms ({f.format(1e3 * self.low)}–{f.format(1e3 * self.high)}, "
+                f"{len(self.samples)} runs)")
+
+
+def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1) -> Timing:
+    """Run ``fn()`` ``warmup`` times untimed, then ``repeats`` times timed (``time.perf_counter``).
+
+    Raises:
+        TypeError: ``fn`` not callable, or ``repeats`` / ``warmup`` not integers.
+        ValueError: ``repeats < 1`` or ``warmup < 0``.
+    """
+    check_callable("fn", fn)
+    check_int("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return Timing(tuple(samples))
+
+
+def timing_of(samples: Sequence[float]) -> Timing:
+    """A :class:`Timing` of samples (seconds) measured elsewhere, e.g. one per engine step.
+
+    Raises:
+        TypeError: not a sequence of numbers.
+        ValueError: empty, negative or NaN.
+    """
+    check_type("samples", samples, (list, tuple))
+    return Timing(tuple(float(s) for s in samples))
+
+
+def clearly_faster(a: Timing, b: Timing) -> bool:
+    """True when ``a`` is faster than ``b`` beyond the noise: a's slowest run beats b's fastest.
+
+    Raises:
+        TypeError: an argument not a :class:`Timing`.
+    """
+    check_type("a", a, Timing)
+    check_type("b", b, Timing)
+    return a.high < b.low
+
+
+__all__ = ["Timing", "clearly_faster", "time_call", "timing_of"]

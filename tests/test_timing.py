@@ -1,0 +1,42 @@
+"""labsupport.timing: median and range of repeated timings, and the noise-proof comparison."""
+
+import pytest
+
+from labsupport.timing import Timing, clearly_faster, time_call, timing_of
+
+
+def test_median_range_and_spread_of_samples():
+    t = timing_of([0.010, 0.030, 0.012, 0.011, 0.013])
+    assert t.median == pytest.approx(0.012)
+    assert (t.low, t.high) == (pytest.approx(0.010), pytest.approx(0.030))
+    assert t.spread == pytest.approx(0.020 / 0.012)
+    assert t.ms() == "12.0 ms (10.0–30.0, 5 runs)"
+
+
+def test_time_call_warms_up_then_times_each_repeat():
+    calls = []
+    t = time_call(lambda: calls.append(1), repeats=4, warmup=2)
+    assert len(calls) == 6 and len(t.samples) == 4
+    assert all(s >= 0 for s in t.samples)
+
+
+def test_clearly_faster_only_when_the_ranges_do_not_overlap():
+    fast, slow = timing_of([1.0, 1.1, 1.2]), timing_of([1.3, 1.5, 2.0])
+    assert clearly_faster(fast, slow) and not clearly_faster(slow, fast)
+    overlapping = timing_of([1.15, 1.4])
+    assert not clearly_faster(fast, overlapping) and not clearly_faster(overlapping, fast)
+
+
+@pytest.mark.parametrize("samples", [[], [float("nan")], [-0.1, 0.2]])
+def test_bad_samples_raise_value_error(samples):
+    with pytest.raises(ValueError, match="sample"):
+        timing_of(samples)
+
+
+def test_bad_arguments_name_the_parameter():
+    with pytest.raises(ValueError, match="repeats"):
+        time_call(lambda: None, repeats=0)
+    with pytest.raises(TypeError, match="fn"):
+        time_call(3)
+    with pytest.raises(TypeError, match="a must be a Timing"):
+        clearly_faster(1.0, Timing((1.0,)))
