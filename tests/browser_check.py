@@ -27,8 +27,9 @@ The report of each notebook is printed as soon as it is done (Run All seconds pe
 operated by kind, tracebacks, no-redraws, what each invalid text showed, console errors); the
 notebook is then closed and its kernel shut down. A widget callback that raises outside any
 cell output lands in JupyterLab's log console: a growing log count counts as a traceback.
-Exit code 1 on a traceback, a run that did not finish, a control that did not redraw, or a
-console error.
+A plotly chart drawn without any trace (empty axes: a FigureWidget that rendered before its data
+arrived) is reported per run as a blank figure. Exit code 1 on a traceback, a run that did not
+finish, a control that did not redraw, a blank figure, or a console error.
 
 Slides:
 
@@ -309,6 +310,14 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
         after("play", k, before, "")
 
 
+def blank_figures(page) -> list[int]:
+    """Cells holding a drawn plotly chart without any trace (a FigureWidget that rendered empty axes)."""
+    time.sleep(2)
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) =>
+        Array.from(c.querySelectorAll('.js-plotly-plot')).some(p => p._fullLayout && (!p.data || p.data.length === 0))
+        ? i : -1).filter(i => i >= 0)""")
+
+
 def outputs_text(page) -> list[dict]:
     """Every code cell's output as text (to compare the prose of two runs)."""
     return page.evaluate("""() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) => ({
@@ -379,7 +388,7 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip
                    repeat: int = 1, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "controls": {}, "invalid_inputs": [],
-              "run_all_seconds": [], "finished": True, "log_messages": 0}
+              "run_all_seconds": [], "finished": True, "log_messages": 0, "blank_figures": []}
     page.goto(f"http://127.0.0.1:{port}/lab/tree/{nb}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar", timeout=60_000)
@@ -404,7 +413,11 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip
                     cell.scroll_into_view_if_needed(timeout=5000)
                 time.sleep(0.3)
                 cell.screenshot(path=str(out / f"cell_{i:02d}_run{run}.png"))
+        blank = blank_figures(page)
+        if blank:
+            report["blank_figures"].append({"run": run, "cells": blank})
         log(f"  run {run}: {'finished' if finished else 'NOT FINISHED'} in {seconds} s, "
+            f"{len(blank)} blank figure(s) {blank if blank else ''}, "
             f"{len(report['tracebacks'])} traceback(s) so far")
     report["log_messages"] = log_count(page)
     if report["log_messages"]:
@@ -571,10 +584,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     summary = [{"notebook": r["notebook"], "run_all_seconds": r["run_all_seconds"], "controls": r["controls"],
-                "tracebacks": len(r["tracebacks"]), "no_redraw": r["no_redraw"],
+                "tracebacks": len(r["tracebacks"]), "no_redraw": r["no_redraw"], "blank_figures": r["blank_figures"],
                 "console_errors": len(r["console_errors"])} for r in reports]
     print(json.dumps({"summary": summary, "console_errors": console_errors[:20]}, indent=1, ensure_ascii=False))
-    bad = (any(r["tracebacks"] or not r["finished"] or r["no_redraw"] or r.get("deck_no_redraw")
+    bad = (any(r["tracebacks"] or not r["finished"] or r["no_redraw"] or r["blank_figures"] or r.get("deck_no_redraw")
                or r.get("deck_text_widgets") for r in reports) or bool(console_errors))
     return 1 if bad else 0
 
