@@ -34,6 +34,10 @@ class ExerciseResult:
     def __bool__(self) -> bool:
         return self.ok
 
+    def _ipython_display_(self) -> None:
+        """Show nothing as a cell's last value: the check has already printed its line (a repr under it
+        would only repeat it as ``ExerciseResult(ok=False, ...)``)."""
+
 
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)

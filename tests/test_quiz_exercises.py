@@ -163,3 +163,15 @@ def test_every_chapter_ends_with_a_labsupport_quiz_and_a_checked_score():
         # exercises report through labsupport.exercises, not a bare try/except around the stub
         assert "except NotImplementedError" not in code, path.name
         assert "labsupport.exercises import" in code, path.name
+
+
+def test_exercise_result_as_a_cells_last_value_shows_nothing_more():
+    """A check ending an exercise cell prints its line once; IPython must not add the result's repr."""
+    from IPython.core.formatters import DisplayFormatter
+
+    from labsupport.exercises import check_answer
+
+    result = check_answer(None, name="my_x", accept=lambda x: x == 1)
+    assert not result and not result.done
+    data, _ = DisplayFormatter().format(result)
+    assert data == {}, data
