@@ -23,6 +23,7 @@ from ..viz.batching import (
     slot_gantt_figure,
     step_time_figure,
 )
+from .beam import show_figure
 from .common import guarded, panel_int, panel_real
 
 
@@ -204,26 +205,26 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
                                    description="TTFT SLO (ms)", continuous_update=False))
     tpot_s = _slider(W.FloatSlider(value=tpot_slo_ms, min=0.1, max=round(top_tpot * 1.2, 1), step=0.1,
                                    description="TPOT SLO (ms)", continuous_update=False))
-    scatter = _figure_widget(latency_scatter_figure(points, ttft_s.value, tpot_s.value), width=520)
+    # Plain plotly outputs redrawn on every move (show_figure), not FigureWidgets updated in place: in
+    # JupyterLab 4 those rendered as empty axes after "Restart Kernel and Run All" (browser check).
+    scatter, bars = W.Output(), W.Output()
 
     def goodputs() -> list[float]:
         return [goodput(ms, ttft_s.value / 1e3, tpot_s.value / 1e3) for ms in results.values()]
 
     rates = [request_throughput(ms) for ms in results.values()]
-    good = goodputs()
-    bars = _figure_widget(goodput_bars_figure(names, rates, good), width=440)
     info = W.HTML()
     error = W.HTML()
 
     @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         good = goodputs()
-        with scatter.batch_update():
-            scatter.layout.shapes[0].x1 = ttft_s.value
-            scatter.layout.shapes[0].y1 = tpot_s.value
-        with bars.batch_update():
-            bars.data[1].y = good
-            bars.data[1].text = [f"{g:.2f}" for g in good]
+        scatter_fig = latency_scatter_figure(points, ttft_s.value, tpot_s.value)
+        scatter_fig.update_layout(width=520, autosize=False)
+        bars_fig = goodput_bars_figure(names, rates, good)
+        bars_fig.update_layout(width=440, autosize=False)
+        show_figure(scatter, scatter_fig)
+        show_figure(bars, bars_fig)
         lines = []
         for n, ms, g, r in zip(names, results.values(), good, rates):
             ok = sum(meets_slo(m, ttft_s.value / 1e3, tpot_s.value / 1e3) for m in ms)
