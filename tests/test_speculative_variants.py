@@ -284,6 +284,10 @@ def test_tree_figure_and_panel(tiny_lm):
     box.controls["temperature"].value = 0.8
     box.controls["round"].value = 2
     assert box.error.value == ""
+    # the tree is a plain plotly output (a FigureWidget rendered as empty axes in JupyterLab), redrawn per round
+    (shown,) = box.figure.outputs
+    plot = shown["data"]["application/vnd.plotly.v1+json"]
+    assert plot["layout"]["title"]["text"].startswith("Round 2:") and plot["data"]
     with pytest.raises(ValueError, match="layers"):
         variants_panel(tiny_lm, heads, "Return the", layers=2)
 

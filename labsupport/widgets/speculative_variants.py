@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 from labsupport.models import LoadedModel
 from labsupport.sampling import SamplingParams
@@ -20,7 +19,8 @@ from labsupport.speculative.tree import chain_tree
 from labsupport.speculative.variants import VariantEngine
 from labsupport.viz.speculative_variants import token_tree_figure
 
-from .speculative import _copy_figure, _stat
+from .beam import show_figure
+from .speculative import _stat
 
 __all__ = ["SHAPES", "variants_panel"]
 
@@ -46,7 +46,8 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
     rejection rule), round (which round's tree to draw).
 
     Returns:
-        VBox with ``controls``, ``figure``, ``stats``, ``error``, ``update`` and ``state["output"]``.
+        VBox with ``controls``, ``figure`` (an ``ipywidgets.Output`` showing the tree), ``stats``, ``error``,
+        ``update`` and ``state["output"]``.
 
     Raises:
         ValueError: an initial value outside the sliders' range.
@@ -69,7 +70,9 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
         "round": widgets.IntSlider(value=3, min=0, max=40, description="round shown", style=_WIDE,
                                    continuous_update=False),
     }
-    figure = go.FigureWidget(token_tree_figure([0, 1], [-1, 0], [1], 2))
+    # A plain plotly output redrawn on every change (show_figure), not a FigureWidget updated in place:
+    # that one rendered as empty axes in JupyterLab, in both browser runs of chapter 07.
+    figure = widgets.Output()
     stats, error, text = widgets.HTML(), widgets.HTML(), widgets.HTML()
     state: dict = {}
 
@@ -86,9 +89,9 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
             path = list(range(1, rec.num_accepted + 1))
         root = ([*out.prompt_ids, *out.token_ids])[rec.position - 1]
         tokens = [root, *tree.tokens[1:]]
-        _copy_figure(figure, token_tree_figure(tokens, tree.parents, path, rec.next_token, target.token_str,
-                                               title=f"Round {i}: {len(tokens) - 1} candidates, "
-                                                     f"{len(path)} accepted"))
+        show_figure(figure, token_tree_figure(tokens, tree.parents, path, rec.next_token, target.token_str,
+                                              title=f"Round {i}: {len(tokens) - 1} candidates, "
+                                                    f"{len(path)} accepted"))
 
     def update(*_):
         try:
