@@ -1,7 +1,7 @@
 """Panels of chapter 06 (speculative decoding): the theory panel and the real-pair round panel.
 
 Thin wiring: sliders → ``labsupport.speculative`` → figures from ``labsupport.viz.speculative``
-shown as ``go.FigureWidget`` s updated in place. Each panel computes its first state when
+shown as plain plotly outputs redrawn on every change (:class:`FigureOutput`). Each panel computes its first state when
 built (so it shows something where callbacks never run, e.g. under nbval) and returns an
 ``ipywidgets.VBox`` carrying ``controls`` (dict of input widgets), ``figure`` (or
 ``figures``), ``stats`` (an ``HTML`` readout) and ``update()``.
@@ -30,6 +30,7 @@ from labsupport.speculative import (
     speedup,
 )
 from labsupport.viz.speculative import rounds_figure, speedup_curve_figure
+from labsupport.widgets.beam import show_figure
 from labsupport.widgets.common import guarded, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
@@ -41,17 +42,35 @@ def _stat(name: str, value: str) -> str:
             f"{name}</div><div style='font-size:20px;font-weight:600'>{value}</div></div>")
 
 
-def _copy_figure(target: go.FigureWidget, new: go.Figure) -> None:
-    """Replace the data and layout of a FigureWidget by those of a figure with the same traces.
+class FigureOutput(widgets.Output):
+    """An ``ipywidgets.Output`` showing one plotly figure, redrawn whole by :meth:`show`.
 
-    One update per trace, deliberately *not* one ``batch_update`` for all: in a batch, a
-    property that changes on some traces but not on others is sent with "undefined" for the
-    others, and the browser then drops it (an unchanged ``x`` falls back to 0, 1, 2, …).
+    Not a ``go.FigureWidget`` updated in place: in JupyterLab those rendered as empty axes in the
+    browser check of chapter 06 (now one panel, now the other) and stayed blank. ``data`` and
+    ``layout`` are those of the figure shown last (what a test reads).
     """
-    for old, fresh in zip(target.data, new.data):
-        old.update({k: getattr(fresh, k) for k in ("x", "y", "text", "customdata", "textposition")
-                    if getattr(fresh, k, None) is not None})
-    target.layout = new.layout
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.figure = go.Figure()
+
+    def show(self, figure: go.Figure) -> None:
+        """Show ``figure`` instead of the one shown before."""
+        self.figure = figure
+        show_figure(self, figure)
+
+    @property
+    def data(self):
+        return self.figure.data
+
+    @property
+    def layout(self):
+        return self.figure.layout
+
+
+def _copy_figure(target: FigureOutput, new: go.Figure) -> None:
+    """Show ``new`` in ``target`` (the whole figure, redrawn)."""
+    target.show(new)
 
 
 def flags_to_rounds(flags: np.ndarray) -> list[SimpleNamespace]:
@@ -105,10 +124,7 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
                                  style=_WIDE, continuous_update=False),
     }
     gammas = list(range(1, gamma_max + 1))
-    curve = go.FigureWidget(speedup_curve_figure(gammas, [1] * gamma_max, [1] * gamma_max, [1] * gamma_max,
-                                                 best=(1, 1.0), selected=gamma))
-    strip = go.FigureWidget(rounds_figure(flags_to_rounds(np.ones((12, gamma), bool)), _sim_label,
-                                          title="12 simulated rounds"))
+    curve, strip = FigureOutput(), FigureOutput()            # drawn by update() below
     stats = widgets.HTML()
     error = widgets.HTML()
 
@@ -181,8 +197,7 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
         "seed": widgets.IntSlider(value=seed, min=0, max=20, description="seed", style=_WIDE,
                                   continuous_update=False),
     }
-    dummy = [SimpleNamespace(draft_tokens=[0] * gamma, num_accepted=0, next_token=0)] * max_rounds
-    figure = go.FigureWidget(rounds_figure(dummy, max_rounds=max_rounds))
+    figure = FigureOutput()                                 # drawn by update() below
     stats = widgets.HTML()
     text = widgets.HTML()
     state = {}

@@ -1,5 +1,5 @@
-"""goodput_lab draws plain plotly outputs (no FigureWidget, which rendered as empty axes after
-"Restart Kernel and Run All" in JupyterLab) and redraws them from the sliders."""
+"""Panels whose figures are plain plotly outputs redrawn from the controls: in JupyterLab their
+FigureWidgets rendered as empty axes (browser check, "Run All" and "Restart Kernel and Run All")."""
 
 import plotly.graph_objects as go
 
@@ -31,3 +31,17 @@ def test_goodput_panel_figures_are_outputs_that_follow_the_slo_sliders():
     shape = _shown(scatter_out)["layout"]["shapes"][0]
     assert (shape["x1"], shape["y1"]) == (450, 60)
     assert panel.error.value == ""
+
+
+def test_theory_panel_figures_are_outputs_redrawn_by_the_sliders():
+    from labsupport.widgets.speculative import theory_panel
+
+    panel = theory_panel(alpha=0.8, gamma=4, c=0.1, n_rounds=200)
+    curve_out, strip_out = panel.figures
+    assert not any(isinstance(f, go.FigureWidget) for f in panel.figures)
+    before = _shown(curve_out)
+    panel.controls["alpha"].value = 0.5
+    after = _shown(curve_out)
+    assert after["data"] and after != before
+    assert _shown(strip_out)["data"]
+    assert [list(t.y) for t in curve_out.data] == [list(t["y"]) for t in after["data"]]
