@@ -45,3 +45,17 @@ def test_theory_panel_figures_are_outputs_redrawn_by_the_sliders():
     assert after["data"] and after != before
     assert _shown(strip_out)["data"]
     assert [list(t.y) for t in curve_out.data] == [list(t["y"]) for t in after["data"]]
+
+
+def test_structured_lab_figure_is_an_output_redrawn_after_a_forced_token(tiny_lm):
+    from labsupport.widgets.structured import structured_lab
+
+    panel = structured_lab(tiny_lm, {"json": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                              "required": ["a"]}}, "x", seed=1, max_complete=10)
+    assert not isinstance(panel.figure, go.FigureWidget)
+    before = _shown(panel.figure)
+    assert before["data"]
+    panel.force_text('{"a":')
+    panel.update()
+    after = _shown(panel.figure)
+    assert after["data"] and after != before

@@ -17,7 +17,6 @@ import re
 import time
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import torch
 
 from labsupport.generation import next_token_logits
@@ -28,6 +27,7 @@ from labsupport.validation import check_int, check_real
 from labsupport.viz.structured import masked_candidates_figure, pick_candidates
 
 from .common import error_html
+from .speculative import FigureOutput
 
 _WIDE = {"description_width": "initial"}
 
@@ -114,7 +114,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         b.on_click(lambda button: force(button.token) if button.token is not None else None)
     chips = widgets.HBox(chip_pool, layout=widgets.Layout(flex_flow="row wrap"))
     stats, output_html, note = widgets.HTML(), widgets.HTML(), widgets.HTML()
-    figure = go.FigureWidget(masked_candidates_figure(["…"] * top_n, [0.0] * top_n, [0.0] * top_n, [True] * top_n))
+    figure = FigureOutput()            # a plain plotly output redrawn whole: a FigureWidget rendered as empty axes
 
     def params() -> SamplingParams:
         return SamplingParams(temperature=float(controls["temperature"].value))
@@ -173,13 +173,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         ok = [True] * top_n if mask is None else [bool(mask[i]) for i in top]
         fresh = masked_candidates_figure([lm.token_str(i) for i in top], model_p[top].tolist(),
                                          final_p[top].tolist(), ok)
-        for old, new in zip(figure.data, fresh.data):         # one update per trace (see sampling panel)
-            changes = {"x": new.x, "y": new.y}
-            if new.text is not None:
-                changes["text"] = new.text
-            if not isinstance(new.marker.color, str):
-                changes["marker.color"] = new.marker.color
-            old.update(changes)
+        figure.show(fresh)
         choose = [t for t in torch.topk(final_p, top_n).indices.tolist() if final_p[t] > 0]
         for k, b in enumerate(chip_pool):                       # a fixed pool: no widget churn
             if k < len(choose):
