@@ -311,10 +311,12 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
 
 
 def blank_figures(page) -> list[int]:
-    """Cells holding a drawn plotly chart without any trace (a FigureWidget that rendered empty axes)."""
+    """Cells holding a drawn plotly chart with no trace, shape or annotation (a FigureWidget that
+    rendered empty axes; a diagram made only of shapes and annotations is not blank)."""
     time.sleep(2)
     return page.evaluate("""() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) =>
-        Array.from(c.querySelectorAll('.js-plotly-plot')).some(p => p._fullLayout && (!p.data || p.data.length === 0))
+        Array.from(c.querySelectorAll('.js-plotly-plot')).some(p => p._fullLayout && (!p.data || p.data.length === 0)
+            && !(p._fullLayout.shapes || []).length && !(p._fullLayout.annotations || []).length)
         ? i : -1).filter(i => i >= 0)""")
 
 
