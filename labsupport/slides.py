@@ -33,6 +33,51 @@ DISPLAY_PRIORITY = ["text/html", "application/pdf", "text/latex", "image/svg+xml
                     "text/markdown", "text/plain"]
 
 
+# "Continue the current slide". JupyterLab 4's slide-type menu writes "-" as the empty string, and
+# jupyterlab-slideshow (the live deck) only knows the empty string or no value: a cell marked with
+# classic Notebook's "-" is a slide type it does not know, so it is never shown on any slide (a
+# panel's code cell with its live output vanishes from the deck). nbconvert's reveal.js export reads
+# "", "-" and a missing value alike, so "" works in both.
+CONTINUE = ""
+SLIDE_TYPES = (CONTINUE, "slide", "subslide", "fragment", "skip", "notes")
+HIDDEN_SLIDE_TYPES = ("skip", "notes")
+
+
+def deck_slide_types(nb):
+    """Give every cell of ``nb`` a slide type both the live deck and the exported slides read; in place.
+
+    The rule, deterministic and idempotent (``tests/notebook_tools.py`` applies it whenever it
+    writes a chapter):
+
+    * a missing slide type and classic Notebook's ``"-"`` become :data:`CONTINUE` (``""``), the
+      spelling jupyterlab-slideshow shows on the current slide (it hides ``"-"`` cells);
+    * the first code cell (the chapter's set-up) is never ``skip`` / ``notes``: it continues the
+      title slide, so the presenter runs it from the first slide (``Shift+Enter``).
+
+    Args:
+        nb: an ``nbformat.NotebookNode`` (v4).
+
+    Returns:
+        The same notebook.
+
+    Raises:
+        ValueError: a cell has a slide type outside :data:`SLIDE_TYPES` (after the rule above).
+    """
+    setup_seen = False
+    for cell in nb.cells:
+        show = cell.metadata.setdefault("slideshow", {})
+        if show.get("slide_type") in (None, "-"):
+            show["slide_type"] = CONTINUE
+        if cell.cell_type == "code" and not setup_seen:
+            setup_seen = True
+            if show["slide_type"] in HIDDEN_SLIDE_TYPES:
+                show["slide_type"] = CONTINUE
+        if show["slide_type"] not in SLIDE_TYPES:
+            raise ValueError(f"slide_type must be one of {SLIDE_TYPES}, got {show['slide_type']!r} "
+                             f"in cell {cell.get('id', '?')}")
+    return nb
+
+
 def _package_dir(module: str) -> Path:
     import importlib
 
