@@ -19,10 +19,16 @@ a traceback or a console error was found.
 
 Slides:
 
-``--deck``: after "Run All" the notebook is presented with jupyterlab-slideshow ("Toggle Deck");
-the check steps through the deck (→) and, on every slide that shows a live panel, saves
-``deck_NN.png``, moves the panel's first slider and saves ``deck_NN_slider.png`` (a panel that
-does not redraw is reported).
+``--deck``: after "Run All" the notebook is presented with jupyterlab-slideshow ("Toggle Deck") in a
+``--deck-size`` viewport (default 1280x720, a projector); the check steps through the deck with its
+on-screen remote. It runs the set-up cell from its slide (Shift+Enter: ``deck_setup.png``,
+``deck_setup_ran.png``), and on every slide that shows a live panel (an ipywidgets slider, with its
+plotly FigureWidgets) saves ``deck_NN.png``, moves the panel's first slider and saves
+``deck_NN_slider.png``; ``deck_step_NN.png`` is every step. Each notebook's report is printed as soon
+as it is done, then its tab is closed and its kernel shut down. Exit code 1 (``deck_failed``) when no
+panel was live on a slide, a panel cell of the notebook never appeared on a slide, a panel did not
+redraw, was wider than the viewport or shown as text, or the set-up did not run from its slide.
+Panels taller than the viewport (they scroll) are listed in ``deck_taller_than_screen``.
 
 ``--offline build/slides/01_sampling.slides.html [...]``: no JupyterLab; each exported deck is
 opened from disk in a browser context with networking disabled, stepped through slide by slide
@@ -167,52 +173,186 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip
     return report
 
 
-def check_deck(page, out: Path, max_slides: int = 150) -> dict:
-    """Present the open notebook with jupyterlab-slideshow; on each slide with a panel move a slider.
+# a live panel: a cell whose output holds an ipywidgets slider (its figures are plotly FigureWidgets)
+PANEL_CELLS_JS = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) =>
+    c.querySelector('.jp-OutputArea .widget-slider') ? i : -1).filter(i => i >= 0)"""
+CELL_OF_JS = "e => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).indexOf(e.closest('.jp-Cell'))"
+ACTIVE_JS = "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).findIndex(c => c.classList.contains('jp-mod-active'))"
 
-    Starts at the title cell and advances with the deck's on-screen remote (next subslide or
-    fragment, else next slide) until both are disabled (the end) or ``max_slides`` steps.
+
+def _deck_go(page) -> bool:
+    """Press the deck's on-screen remote: next subslide/fragment, else next slide; False at the end."""
+    for direction in ("down", "forward"):
+        button = page.locator(f".jp-deck-mod-direction-{direction}").first
+        if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
+            button.click()
+            return True
+    return False
+
+
+def _deck_run_setup(page, cell_index: int, report: dict) -> None:
+    """Run the set-up cell from its slide (Shift+Enter on the active cell, as a presenter does)."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+    classes = cell.get_attribute("class") or ""
+    report["deck_setup_on_slide"] = "jp-deck-mod-onscreen" in classes and "jp-deck-mod-visible" in classes
+    prompt = cell.locator(".jp-InputPrompt").first
+    before = prompt.text_content()
+    cell.evaluate("e => e.focus()")
+    page.keyboard.press("Shift+Enter")
+    time.sleep(2)
+    wait_idle(page, 120)
+    after = prompt.text_content()
+    text = cell.inner_text()
+    report["deck_setup_ran"] = after != before and "[*]" not in after and "Traceback" not in text
+    report["deck_setup_prompt"] = f"{before.strip()} -> {after.strip()}"
+
+
+def _panel_box(cell) -> dict:
+    """Where the panel (the cell's output area) lies in the viewport, in CSS pixels."""
+    return cell.evaluate("""e => { const o = e.querySelector('.jp-Cell-outputArea') || e;
+        const r = o.getBoundingClientRect();
+        return {left: Math.round(r.left), top: Math.round(r.top), right: Math.round(r.right),
+                bottom: Math.round(r.bottom), width: Math.round(r.width), height: Math.round(r.height),
+                scroll_width: o.scrollWidth, client_width: o.clientWidth,
+                figures: Array.from(e.querySelectorAll('.js-plotly-plot')).filter(f =>
+                    f.getBoundingClientRect().width > 50 && f.getBoundingClientRect().height > 50).length}; }""")
+
+
+def _deck_ensure_ran(page, run_timeout: float) -> int:
+    """Cells with an execution count; when none has one (Run All sent before the kernel was up), run all again."""
+    count_js = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt'))
+                  .filter(e => /\\[\\d+\\]/.test(e.textContent)).length"""
+    ran = page.evaluate(count_js)
+    if ran == 0:
+        with contextlib.suppress(Exception):
+            page.locator(".jp-toast-button:has-text('No')").first.click(timeout=2000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        page.click("li.lm-MenuBar-item:has-text('Run')")
+        page.click(".lm-Menu-item:has-text('Run All Cells')")
+        time.sleep(5)
+        wait_idle(page, run_timeout)
+        time.sleep(2)
+        ran = page.evaluate(count_js)
+    return ran
+
+
+def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (1280, 720),
+               run_timeout: float = 240.0) -> dict:
+    """Present the open notebook with jupyterlab-slideshow; prove each live panel works on a slide.
+
+    The notebook has run (check_notebook). Its panel cells (an output holding an ipywidgets
+    slider) are listed first. The viewport becomes ``size`` (a projector), the deck starts at the
+    title cell and advances with its on-screen remote until the end. On the way: the first code
+    cell (the set-up) is run from its slide with Shift+Enter; on each slide showing a panel not
+    seen before, the panel is scrolled into view, ``deck_NN.png`` is saved, its first visible
+    slider is moved (End, or Home at the end) and ``deck_NN_slider.png`` saved. Reported:
+    panels seen on slides, panels that did not redraw, panel cells never shown on a slide,
+    panels wider than the viewport (cut off), panels taller than it (need scrolling), widgets
+    shown as text, and whether the set-up ran on its slide.
     """
-    report = {"deck_steps": 0, "deck_panels": 0, "deck_no_redraw": [], "deck_text_widgets": 0}
+    report = {"deck_size": f"{size[0]}x{size[1]}", "deck_steps": 0, "deck_panels": 0, "deck_panel_cells": [],
+              "deck_figures": 0, "deck_no_redraw": [], "deck_missing_panels": [], "deck_cut_off": [],
+              "deck_taller_than_screen": [], "deck_text_widgets": 0, "deck_setup_on_slide": None,
+              "deck_setup_ran": None}
+    report["deck_cells_run"] = _deck_ensure_ran(page, run_timeout)
+    with contextlib.suppress(Exception):             # the news toast sits over the deck's remote
+        page.locator(".jp-toast-button:has-text('No')").first.click(timeout=2000)
+    panel_cells = page.evaluate(PANEL_CELLS_JS)
+    setup = page.evaluate("() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'))"
+                          ".findIndex(c => c.classList.contains('jp-CodeCell'))")
+    page.set_viewport_size({"width": size[0], "height": size[1]})
     page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTo(0, 0)")
     time.sleep(1)
-    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt, .jp-Cell-inputCollapser").first.click()
-    page.keyboard.press("Escape")                   # the deck starts at the active cell: the title
+    # the deck starts at the active cell: the title (its prompt area, not its collapser, which would fold it)
+    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Escape")
     page.click("[data-command='deck:toggle']")
     time.sleep(3)
     seen: set[int] = set()
-    cell_of = "e => Array.from(document.querySelectorAll('.jp-Cell')).indexOf(e.closest('.jp-Cell'))"
     for k in range(max_slides):
-        page.evaluate("() => document.activeElement && document.activeElement.blur()")
-        handles = [h for h in page.locator(".widget-slider .noUi-handle").all() if h.is_visible()]
-        report["deck_text_widgets"] += sum(t.is_visible() for t in page.get_by_text("VBox(children=").all())
-        cell = handles[0].evaluate(cell_of) if handles else None
-        if handles and cell not in seen:
-            seen.add(cell)
-            report["deck_panels"] += 1
-            before = page.screenshot(path=str(out / f"deck_{k:02d}.png"))
-            start = handles[0].get_attribute("aria-valuenow")
-            handles[0].focus()
-            handles[0].press("End")
-            if handles[0].get_attribute("aria-valuenow") == start:
-                handles[0].press("Home")
-            time.sleep(3)
-            after = page.screenshot(path=str(out / f"deck_{k:02d}_slider.png"))
-            if after == before:
-                report["deck_no_redraw"].append(f"deck step {k} (cell {cell})")
-            page.evaluate("() => document.activeElement && document.activeElement.blur()")
         report["deck_steps"] = k + 1
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        report["deck_text_widgets"] += sum(t.is_visible() for t in page.get_by_text("VBox(children=").all())
+        active = page.evaluate(ACTIVE_JS)
+        if active == setup and report["deck_setup_ran"] is None:
+            page.screenshot(path=str(out / "deck_setup.png"))
+            _deck_run_setup(page, setup, report)      # Shift+Enter also advances the deck
+            page.screenshot(path=str(out / "deck_setup_ran.png"))
+            continue
+        for handle in page.locator(".jp-deck-mod-onscreen.jp-deck-mod-visible .widget-slider .noUi-handle").all():
+            cell_index = handle.evaluate(CELL_OF_JS)
+            if cell_index in seen or not handle.is_visible():
+                continue
+            seen.add(cell_index)
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+            cell.locator(".jp-Cell-outputArea").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+            time.sleep(0.5)
+            box = _panel_box(cell)
+            report["deck_panels"] += 1
+            report["deck_panel_cells"].append(cell_index)
+            report["deck_figures"] += box["figures"]
+            if box["right"] > size[0] or box["left"] < 0 or box["scroll_width"] > box["client_width"] + 2:
+                report["deck_cut_off"].append(f"cell {cell_index}: {box}")
+            if box["height"] > size[1]:
+                report["deck_taller_than_screen"].append(f"cell {cell_index}: {box['height']} px")
+            panel = cell.locator(".jp-Cell-outputArea").first
+            page.screenshot(path=str(out / f"deck_{k:02d}.png"))
+            before = panel.screenshot()
+            start = handle.get_attribute("aria-valuenow")
+            handle.focus()
+            handle.press("End")
+            if handle.get_attribute("aria-valuenow") == start:
+                handle.press("Home")
+            time.sleep(3)
+            wait_idle(page, 60)
+            page.screenshot(path=str(out / f"deck_{k:02d}_slider.png"))
+            after = panel.screenshot()
+            if handle.get_attribute("aria-valuenow") == start:
+                report["deck_no_redraw"].append(f"deck step {k} (cell {cell_index}): slider did not move")
+            elif after == before:
+                report["deck_no_redraw"].append(f"deck step {k} (cell {cell_index})")
+            page.evaluate("() => document.activeElement && document.activeElement.blur()")
+            break                                    # one panel per step: the next step shows the next one
         page.screenshot(path=str(out / f"deck_step_{k:02d}.png"))
-        for direction in ("down", "forward"):      # the on-screen remote: subslide/fragment first, then next slide
-            button = page.locator(f".jp-deck-mod-direction-{direction}").first
-            if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
-                button.click()
-                break
-        else:
+        if not _deck_go(page):
             break                                   # both disabled: the last slide
         time.sleep(1.0)
     page.screenshot(path=str(out / "deck_last.png"))
+    report["deck_missing_panels"] = [i for i in panel_cells if i not in seen]
+    report["deck_notebook_panels"] = len(panel_cells)
     return report
+
+
+def deck_failed(report: dict) -> bool:
+    """A deck check fails when no panel (or not every panel) was live on a slide, or the set-up did not run."""
+    return (report["deck_panels"] == 0 or bool(report["deck_missing_panels"]) or bool(report["deck_no_redraw"])
+            or bool(report["deck_text_widgets"]) or bool(report["deck_cut_off"])
+            or not report["deck_setup_on_slide"] or not report["deck_setup_ran"])
+
+
+def close_notebook(page, port: int, viewport: dict) -> None:
+    """Leave the deck, close every tab (discarding changes) and shut the kernels down before the next notebook."""
+    # leave the deck with its "Exit Deck" button: the deck's "active" setting persists, and a deck left
+    # on would come back (top bar hidden) when the next notebook's page loads
+    with contextlib.suppress(Exception):
+        page.locator(".jp-Deck-Remote .jp-deck-mod-stop").first.click(timeout=5000)
+        page.wait_for_function("() => document.body.dataset.jpDeckMode !== 'presenting'", timeout=10_000)
+        time.sleep(1)
+    with contextlib.suppress(Exception):
+        page.click("li.lm-MenuBar-item:has-text('File')")
+        page.click(".lm-Menu-item:has-text('Close All Tabs')", timeout=5000)
+        time.sleep(1)
+        for _ in range(5):                           # "Save your work?" for each changed notebook
+            button = page.locator(".jp-Dialog-button:has-text('Discard'), .jp-Dialog-button:has-text(\"Don't Save\")")
+            if not button.count():
+                break
+            button.first.click()
+            time.sleep(0.5)
+    with contextlib.suppress(OSError):
+        base = f"http://127.0.0.1:{port}/api/sessions"
+        for session in json.loads(urllib.request.urlopen(base, timeout=10).read()):
+            urllib.request.urlopen(urllib.request.Request(f"{base}/{session['id']}", method="DELETE"), timeout=30)
+    page.set_viewport_size(viewport)
 
 
 def check_offline(browser, html: Path, out: Path) -> dict:
@@ -265,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=1600)
     parser.add_argument("--deck", action="store_true", help="also present each notebook with jupyterlab-slideshow")
     parser.add_argument("--deck-only", action="store_true", help="with --deck: skip the per-panel checks before it")
+    parser.add_argument("--deck-size", default="1280x720", help="with --deck: the viewport of the deck (a projector)")
     parser.add_argument("--offline", action="store_true",
                         help="the arguments are exported .slides.html decks: open them from disk, offline")
     args = parser.parse_args(argv)
@@ -298,7 +439,12 @@ def main(argv: list[str] | None = None) -> int:
                 reports.append(check_notebook(page, port, rel, args.out / Path(rel).stem, args.run_timeout,
                                               skip_panels=args.deck_only))
                 if args.deck:
-                    reports[-1].update(check_deck(page, args.out / Path(rel).stem))
+                    size = tuple(int(v) for v in args.deck_size.lower().split("x"))
+                    reports[-1].update(check_deck(page, args.out / Path(rel).stem, size=size,
+                                                 run_timeout=args.run_timeout))
+                    reports[-1]["deck_failed"] = deck_failed(reports[-1])
+                    close_notebook(page, port, {"width": args.width, "height": args.height})
+                    print(json.dumps(reports[-1], indent=2), flush=True)   # each notebook as it is done
             browser.close()
     finally:
         os.killpg(lab.pid, 15)
@@ -306,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     ignored = ("favicon", "Failed to load resource", "net::ERR")
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     print(json.dumps({"reports": reports, "console_errors": console_errors[:20]}, indent=2))
-    bad = (any(r["tracebacks"] or not r["finished"] or r.get("deck_no_redraw") or r.get("deck_text_widgets")
-               for r in reports) or bool(console_errors))
+    bad = (any(r["tracebacks"] or not r["finished"] or r.get("deck_failed") for r in reports)
+           or bool(console_errors))
     return 1 if bad else 0
 
 
