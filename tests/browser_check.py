@@ -330,14 +330,19 @@ def deck_failed(report: dict) -> bool:
             or not report["deck_setup_on_slide"] or not report["deck_setup_ran"])
 
 
-def close_notebook(page, port: int, viewport: dict) -> None:
-    """Leave the deck, close every tab (discarding changes) and shut the kernels down before the next notebook."""
+def close_notebook(page, port: int, viewport: dict) -> int:
+    """Leave the deck, close every tab (discarding changes) and shut the kernels down before the next notebook.
+
+    Returns the notebook tabs still open after "Close All Tabs" (0 when all closed). The page then
+    goes to ``about:blank`` before the kernels stop, so no widget view is left to sync with a dead kernel.
+    """
     # leave the deck with its "Exit Deck" button: the deck's "active" setting persists, and a deck left
     # on would come back (top bar hidden) when the next notebook's page loads
     with contextlib.suppress(Exception):
         page.locator(".jp-Deck-Remote .jp-deck-mod-stop").first.click(timeout=5000)
         page.wait_for_function("() => document.body.dataset.jpDeckMode !== 'presenting'", timeout=10_000)
         time.sleep(1)
+    page.set_viewport_size(viewport)
     with contextlib.suppress(Exception):
         page.click("li.lm-MenuBar-item:has-text('File')")
         page.click(".lm-Menu-item:has-text('Close All Tabs')", timeout=5000)
@@ -348,11 +353,13 @@ def close_notebook(page, port: int, viewport: dict) -> None:
                 break
             button.first.click()
             time.sleep(0.5)
+    left = page.locator(".jp-NotebookPanel").count()
+    page.goto("about:blank")
     with contextlib.suppress(OSError):
         base = f"http://127.0.0.1:{port}/api/sessions"
         for session in json.loads(urllib.request.urlopen(base, timeout=10).read()):
             urllib.request.urlopen(urllib.request.Request(f"{base}/{session['id']}", method="DELETE"), timeout=30)
-    page.set_viewport_size(viewport)
+    return left
 
 
 def check_offline(browser, html: Path, out: Path) -> dict:
@@ -443,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
                     reports[-1].update(check_deck(page, args.out / Path(rel).stem, size=size,
                                                  run_timeout=args.run_timeout))
                     reports[-1]["deck_failed"] = deck_failed(reports[-1])
-                    close_notebook(page, port, {"width": args.width, "height": args.height})
+                    reports[-1]["deck_tabs_left"] = close_notebook(page, port, {"width": args.width,
+                                                                                "height": args.height})
                     print(json.dumps(reports[-1], indent=2), flush=True)   # each notebook as it is done
             browser.close()
     finally:
@@ -452,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     ignored = ("favicon", "Failed to load resource", "net::ERR")
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     print(json.dumps({"reports": reports, "console_errors": console_errors[:20]}, indent=2))
-    bad = (any(r["tracebacks"] or not r["finished"] or r.get("deck_failed") for r in reports)
+    bad = (any(r["tracebacks"] or not r["finished"] or r.get("deck_failed") or r.get("deck_tabs_left")
+               for r in reports)
            or bool(console_errors))
     return 1 if bad else 0
 
