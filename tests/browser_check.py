@@ -27,7 +27,8 @@ plotly FigureWidgets) saves ``deck_NN.png``, moves the panel's first slider and 
 ``deck_NN_slider.png``; ``deck_step_NN.png`` is every step. Each notebook's report is printed as soon
 as it is done, then its tab is closed and its kernel shut down. Exit code 1 (``deck_failed``) when no
 panel was live on a slide, a panel cell of the notebook never appeared on a slide, a panel did not
-redraw, was wider than the viewport or shown as text, or the set-up did not run from its slide.
+redraw, was wider than the viewport or shown as text, showed a blank figure (axes only: no title,
+point, line, bar or shape), or the set-up did not run from its slide.
 Panels taller than the viewport (they scroll) are listed in ``deck_taller_than_screen``.
 
 ``--offline build/slides/01_sampling.slides.html [...]``: no JupyterLab; each exported deck is
@@ -215,7 +216,9 @@ def _panel_box(cell) -> dict:
                 bottom: Math.round(r.bottom), width: Math.round(r.width), height: Math.round(r.height),
                 scroll_width: o.scrollWidth, client_width: o.clientWidth,
                 figures: Array.from(e.querySelectorAll('.js-plotly-plot')).filter(f =>
-                    f.getBoundingClientRect().width > 50 && f.getBoundingClientRect().height > 50).length}; }""")
+                    f.getBoundingClientRect().width > 50 && f.getBoundingClientRect().height > 50).length,
+                blank: Array.from(e.querySelectorAll('.js-plotly-plot')).filter(f => !f.querySelector(
+                    'path.point, path.js-line, .bars path, .shapelayer path, .main-svg image, .gtitle')).length}; }""")
 
 
 def _deck_ensure_ran(page, run_timeout: float) -> int:
@@ -251,7 +254,7 @@ def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (
     shown as text, and whether the set-up ran on its slide.
     """
     report = {"deck_size": f"{size[0]}x{size[1]}", "deck_steps": 0, "deck_panels": 0, "deck_panel_cells": [],
-              "deck_figures": 0, "deck_no_redraw": [], "deck_missing_panels": [], "deck_cut_off": [],
+              "deck_figures": 0, "deck_no_redraw": [], "deck_blank_figures": [], "deck_missing_panels": [], "deck_cut_off": [],
               "deck_taller_than_screen": [], "deck_text_widgets": 0, "deck_setup_on_slide": None,
               "deck_setup_ran": None}
     report["deck_cells_run"] = _deck_ensure_ran(page, run_timeout)
@@ -291,6 +294,8 @@ def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (
             report["deck_panels"] += 1
             report["deck_panel_cells"].append(cell_index)
             report["deck_figures"] += box["figures"]
+            if box["blank"]:                         # axes drawn, but no title, point, line, bar or shape
+                report["deck_blank_figures"].append(f"cell {cell_index}: {box['blank']} blank figure(s)")
             if box["right"] > size[0] or box["left"] < 0 or box["scroll_width"] > box["client_width"] + 2:
                 report["deck_cut_off"].append(f"cell {cell_index}: {box}")
             if box["height"] > size[1]:
@@ -326,7 +331,7 @@ def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (
 def deck_failed(report: dict) -> bool:
     """A deck check fails when no panel (or not every panel) was live on a slide, or the set-up did not run."""
     return (report["deck_panels"] == 0 or bool(report["deck_missing_panels"]) or bool(report["deck_no_redraw"])
-            or bool(report["deck_text_widgets"]) or bool(report["deck_cut_off"])
+            or bool(report["deck_text_widgets"]) or bool(report["deck_cut_off"]) or bool(report["deck_blank_figures"])
             or not report["deck_setup_on_slide"] or not report["deck_setup_ran"])
 
 
