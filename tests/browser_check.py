@@ -347,7 +347,6 @@ def close_notebook(page, port: int, viewport: dict) -> int:
         page.locator(".jp-Deck-Remote .jp-deck-mod-stop").first.click(timeout=5000)
         page.wait_for_function("() => document.body.dataset.jpDeckMode !== 'presenting'", timeout=10_000)
         time.sleep(1)
-    page.set_viewport_size(viewport)
     with contextlib.suppress(Exception):
         page.click("li.lm-MenuBar-item:has-text('File')")
         page.click(".lm-Menu-item:has-text('Close All Tabs')", timeout=5000)
@@ -364,6 +363,7 @@ def close_notebook(page, port: int, viewport: dict) -> int:
         base = f"http://127.0.0.1:{port}/api/sessions"
         for session in json.loads(urllib.request.urlopen(base, timeout=10).read()):
             urllib.request.urlopen(urllib.request.Request(f"{base}/{session['id']}", method="DELETE"), timeout=30)
+    page.set_viewport_size(viewport)                 # only now: a resize makes live figures sync with the kernel
     return left
 
 
