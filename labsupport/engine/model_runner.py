@@ -16,6 +16,7 @@ several new tokens per sequence and returns the logits of every one.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -145,17 +146,18 @@ class ModelRunner:
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
         self._check_blocks("block_tables", [b for t in block_tables for b in t], self.num_blocks)
+        ids = [t for seq in token_ids for t in seq]
+        if min(ids) < 0 or max(ids) >= self.vocab_size:                      # checked on the list: no tensor ops
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
-                              tree_parents=tree_parents)
-        flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
-        if flat.min() < 0 or flat.max() >= self.vocab_size:
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {flat.min().item()}..{flat.max().item()}")
+                              tree_parents=tree_parents, num_heads=self.num_heads)
+        flat = torch.tensor(ids, dtype=torch.long, device=self.device)
         hidden = self.hidden_states(flat, meta)                                   # (N, E)
-        if not all_logits:
-            last = torch.cumsum(torch.tensor(query_lens, device=self.device), 0) - 1
-            hidden = hidden.index_select(0, last)                                 # (B, E)
+        if not all_logits and len(ids) > len(query_lens):                     # pure decode: already one row each
+            last = list(itertools.accumulate(query_lens, initial=-1))[1:]
+            hidden = hidden.index_select(0, torch.tensor(last, device=self.device))   # (B, E)
         self.num_forwards += 1
-        self.num_token_forwards += len(flat)
+        self.num_token_forwards += len(ids)
         hidden = F.layer_norm(hidden, hidden.shape[-1:], *self.ln_f, eps=self.eps)
         return F.linear(hidden, self.lm_head).float()
 
@@ -184,6 +186,8 @@ class ModelRunner:
     # ------------------------------------------------------------------ moving blocks
     @staticmethod
     def _check_blocks(name: str, ids: Sequence[int], num_blocks: int) -> None:
+        if all(type(b) is int and 0 <= b < num_blocks for b in ids):     # the common case, without is_int's isinstance
+            return
         bad = [b for b in ids if not (is_int(b) and 0 <= b < num_blocks)]
         if bad:
             raise ValueError(f"{name} must hold block ids in [0, {num_blocks}), got {bad[0]!r}")
