@@ -196,7 +196,6 @@ class ModelRunner:
         self._check_blocks(f"{name} (source blocks)", [p[0] for p in pairs], src_blocks)
         self._check_blocks(f"{name} (destination blocks)", [p[1] for p in pairs], dst_blocks)
 
-    @torch.inference_mode()
     def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
         """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V.
 
@@ -204,13 +203,14 @@ class ModelRunner:
             ValueError: a block id outside the pool.
         """
         pairs = list(pairs)
+        if not pairs:                         # most steps copy nothing: return before entering inference mode
+            return
         self._check_pairs("pairs", pairs, self.num_blocks, self.num_blocks)
-        if pairs:
+        with torch.inference_mode():
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
             self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
 
-    @torch.inference_mode()
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
         """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
 
@@ -221,13 +221,13 @@ class ModelRunner:
         if not pairs:
             return
         self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
-        if self.cpu_cache is None:
-            self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
-        src = torch.tensor([s for s, _ in pairs], device=self.device)
-        dst = torch.tensor([d for _, d in pairs])
-        self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
+        with torch.inference_mode():          # entered only when there is something to move
+            if self.cpu_cache is None:
+                self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
+            src = torch.tensor([s for s, _ in pairs], device=self.device)
+            dst = torch.tensor([d for _, d in pairs])
+            self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
 
-    @torch.inference_mode()
     def swap_in(self, mapping: Mapping[int, int]) -> None:
         """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
 
@@ -239,9 +239,10 @@ class ModelRunner:
         self._check_pairs("mapping", list(mapping.items()), self.num_cpu_blocks, self.num_blocks)
         if self.cpu_cache is None:
             raise ValueError("mapping names CPU blocks, but nothing was swapped out yet (the CPU cache is empty)")
-        src = torch.tensor(list(mapping.keys()))
-        dst = torch.tensor(list(mapping.values()), device=self.device)
-        self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
+        with torch.inference_mode():          # entered only when there is something to move
+            src = torch.tensor(list(mapping.keys()))
+            dst = torch.tensor(list(mapping.values()), device=self.device)
+            self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
 
     # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
     def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
