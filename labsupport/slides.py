@@ -14,6 +14,16 @@ So the decks open from disk with no network (a CDN is never contacted at view ti
 become static plotly charts; each live panel (:class:`labsupport.widgets.snapshot.Panel`) is
 shown by its static snapshot (figures, readouts, control values at the moment it was built).
 Live sliders need a kernel: present from JupyterLab (``jupyterlab-slideshow``) for those.
+
+Slides are 1280 x 800 (reveal.js scales them to the window: 1280x720, 1920x1080 projectors).
+A slide whose content is taller is shrunk to fit when that takes at most 20 %; a taller one
+keeps its text size and scrolls: the keys that advance (→ ↓ Space PageDown, a clicker) first
+page down through it, a "▼ more below" badge says there is more, and the keys that go back
+page up first. MathJax's hidden MathML copy (for screen readers) is given local fonts, so no
+TeX web font that jupyter-server-mathjax does not ship is ever requested.
+
+``--keep-executed DIR`` also saves the executed notebooks: after a change of the template,
+``--no-execute DIR/*.ipynb`` re-exports every deck in seconds.
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ from pathlib import Path
 
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: shown instead of a widget that has no static snapshot (its text/plain would be "VBox(children=...)")
+NO_SNAPSHOT_HTML = ("<div class='labsupport-no-snapshot' style='color:#555;border-left:4px solid #bbb;"
+                    "padding-left:8px'>(a live panel: run this chapter in JupyterLab to use it)</div>")
 TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 # output priority in the deck: the snapshot's HTML before a widget view (which needs a kernel)
 DISPLAY_PRIORITY = ["text/html", "application/pdf", "text/latex", "image/svg+xml", "image/png", "image/jpeg",
@@ -118,20 +132,28 @@ def _plotly_to_html_preprocessor():
     from labsupport.widgets.snapshot import figure_html
 
     class PlotlyToHTML(Preprocessor):
-        """Give every plotly output a static ``text/html`` chart (global ``Plotly``, no require.js)."""
+        """Give every plotly output a static ``text/html`` chart (global ``Plotly``, no require.js), and
+        a widget without a snapshot (not a :class:`~labsupport.widgets.snapshot.Panel`) a short note."""
 
         def preprocess_cell(self, cell, resources, index):
             for out in cell.get("outputs", []):
                 data = out.get("data", {})
                 if PLOTLY_MIME in data:
                     data["text/html"] = figure_html(data[PLOTLY_MIME])
+                elif WIDGET_MIME in data and "text/html" not in data:
+                    data["text/html"] = NO_SNAPSHOT_HTML
             return cell, resources
 
     return PlotlyToHTML
 
 
-def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int = 600) -> Path:
-    """Execute (unless ``execute=False``) and export one notebook; returns the written ``.slides.html``."""
+def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int = 600,
+           keep_executed: Path | None = None) -> Path:
+    """Execute (unless ``execute=False``) and export one notebook; returns the written ``.slides.html``.
+
+    ``keep_executed``: a folder to also write the executed notebook to (same file name), so a
+    change of the template can be re-exported from it with ``execute=False`` in seconds.
+    """
     import nbformat
     from nbconvert import SlidesExporter
     from nbconvert.preprocessors import ExecutePreprocessor
@@ -143,7 +165,6 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
     c.SlidesExporter.template_name = "offline"
     c.SlidesExporter.extra_template_basedirs = [str(TEMPLATES)]
     c.SlidesExporter.reveal_url_prefix = "vendor/reveal.js"
-    c.SlidesExporter.reveal_scroll = True
     c.SlidesExporter.reveal_theme = "white"
     c.SlidesExporter.reveal_width = "1280"
     c.SlidesExporter.reveal_height = "800"
@@ -156,6 +177,9 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
         os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only
         ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3", store_widget_state=False)
         ep.preprocess(nb, {"metadata": {"path": str(notebook.parent)}})
+        if keep_executed is not None:
+            Path(keep_executed).mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, Path(keep_executed) / notebook.name)
     exporter = SlidesExporter(config=c)
     exporter.register_preprocessor(_plotly_to_html_preprocessor(), enabled=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
@@ -170,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/slides"))
     parser.add_argument("--no-execute", action="store_true", help="export the notebooks' saved outputs as they are")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--keep-executed", type=Path, default=None, metavar="DIR",
+                        help="also save the executed notebooks in DIR (re-export them later with --no-execute)")
     args = parser.parse_args(argv)
     for nb in args.notebooks:
         start = time.perf_counter()
-        target = export(nb, args.out, execute=not args.no_execute, timeout=args.timeout)
+        target = export(nb, args.out, execute=not args.no_execute, timeout=args.timeout,
+                        keep_executed=args.keep_executed)
         print(f"{nb} -> {target} ({time.perf_counter() - start:.0f} s)")
     return 0
 

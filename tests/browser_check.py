@@ -35,8 +35,12 @@ Panels taller than the viewport (they scroll) are listed in ``deck_taller_than_s
 opened from disk in a browser context with networking disabled, stepped through slide by slide
 (``offline_<stem>_NN.png``), and the report counts slides, typeset formulas, drawn plotly
 charts and panel snapshots, and lists every request that was not a local file, every widget
-shown as text (``VBox(...)``) and console errors. Exit code 1 when any of those is found or a
-deck does not advance.
+shown as text (``VBox(...)``) and console errors. It also lists, under ``cut``, every slide whose
+content was never wholly on screen (some edge stayed outside the slide area at every step spent
+on it; a slide that scrolls must be scrolled to its end by the advancing key), counts slides
+shrunk to fit / scrolling, plotly charts left undrawn and MathJax errors. ``--offline-viewport
+1280x720`` (or ``1920x1080``) sets the window. Exit code 1 when any problem is found or a deck
+does not advance.
 
 This is a maintainer's check, not part of ``make test`` (CI has no browser).
 """
@@ -367,10 +371,58 @@ def close_notebook(page, port: int, viewport: dict) -> int:
     return left
 
 
-def check_offline(browser, html: Path, out: Path) -> dict:
-    """Open an exported deck from disk with networking disabled and step through every slide."""
+# Where the present slide's content lies, in viewport pixels, and the part of it one can see now:
+# the slide area (reveal.js's scaled 1280x800 box) cut by the viewport and, for a slide that
+# scrolls, by its own box. Each element's box is cut by its clipping ancestors (a code cell's
+# horizontal scroller hides long lines on purpose); a plot's or a formula's inside is not walked.
+SLIDE_EXTENT_JS = """() => {
+  const slide = Reveal.getCurrentSlide(), area = Reveal.getSlidesElement().getBoundingClientRect();
+  const view = {top: 0, left: 0, bottom: innerHeight, right: innerWidth};
+  const own = slide.getBoundingClientRect(), scrolls = /auto|scroll/.test(getComputedStyle(slide).overflowY);
+  const seen = {top: Math.max(view.top, area.top, scrolls ? own.top : -1e9) - 2,
+                bottom: Math.min(view.bottom, area.bottom, scrolls ? own.bottom : 1e9) + 2,
+                left: Math.max(view.left, area.left) - 2, right: Math.min(view.right, area.right) + 2};
+  const clips = new Map();
+  function clipOf(e) {                        // the box e's ancestors below the slide let it show in
+    if (!e || e === slide) return {top: -1e9, left: -1e9, bottom: 1e9, right: 1e9};
+    if (clips.has(e)) return clips.get(e);
+    let c = clipOf(e.parentElement);
+    if (getComputedStyle(e).overflow !== 'visible') {
+      const r = e.getBoundingClientRect();
+      c = {top: Math.max(c.top, r.top), left: Math.max(c.left, r.left),
+           bottom: Math.min(c.bottom, r.bottom), right: Math.min(c.right, r.right)};
+    }
+    clips.set(e, c);
+    return c;
+  }
+  const box = {top: 1e9, left: 1e9, bottom: -1e9, right: -1e9};
+  for (const e of slide.querySelectorAll(':scope *:not(svg *):not(.js-plotly-plot *):not(.MathJax *):not(.MathJax_Display *)')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width || !r.height || getComputedStyle(e).visibility === 'hidden') continue;
+    const c = clipOf(e.parentElement);
+    const top = Math.max(r.top, c.top), bottom = Math.min(r.bottom, c.bottom);
+    const left = Math.max(r.left, c.left), right = Math.min(r.right, c.right);
+    if (bottom <= top || right <= left) continue;         // scrolled out of its own scroller: not cut
+    box.top = Math.min(box.top, top); box.bottom = Math.max(box.bottom, bottom);
+    box.left = Math.min(box.left, left); box.right = Math.max(box.right, right);
+  }
+  const i = Reveal.getIndices();
+  return {slide: `${i.h}/${i.v || 0}`, box, seen, zoom: slide.style.zoom || '1', scrolls: scrolls && slide.scrollHeight > slide.clientHeight};
+}"""
+
+
+def check_offline(browser, html: Path, out: Path, viewport: tuple[int, int] = (1280, 800)) -> dict:
+    """Open an exported deck from disk with networking disabled and step through every slide.
+
+    Besides the counts of the module docstring, ``cut`` lists every slide whose content was never
+    wholly on screen: its top, bottom, left or right edge lay outside the slide area (in the
+    ``viewport``) at every step spent on that slide (a slide that scrolls must have been scrolled
+    to its end by the keys that advance). ``fitted`` / ``scrolled`` count slides shrunk to fit and
+    slides that scroll; ``plots_undrawn`` counts plotly charts without an SVG, ``math_errors``
+    MathJax's error boxes.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, offline=True)
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, offline=True)
     page = context.new_page()
     requests, errors = [], []
     page.on("request", lambda r: requests.append(r.url))
@@ -379,31 +431,55 @@ def check_offline(browser, html: Path, out: Path) -> dict:
     page.goto(html.resolve().as_uri())
     time.sleep(4)
     total = page.evaluate("() => Reveal.getTotalSlides()")
-    report = {"deck": str(html), "slides": total, "advanced": 0, "math": 0, "plots": 0, "snapshots": 0,
-              "text_widgets": 0, "reached_end": False}
+    report = {"deck": str(html), "viewport": f"{viewport[0]}x{viewport[1]}", "slides": total, "advanced": 0,
+              "math": 0, "math_errors": 0, "plots": 0, "plots_undrawn": 0, "snapshots": 0, "text_widgets": 0,
+              "fitted": 0, "scrolled": 0, "reached_end": False}
     last = None
-    for k in range(3 * total + 10):              # fragments take steps too; stop after the last slide
+    extents: dict[str, list[dict]] = {}
+    for k in range(4 * total + 20):              # fragments and scrolling take steps too; stop after the last slide
         page.screenshot(path=str(out / f"offline_{html.stem.split('.')[0]}_{k:02d}.png"))
         slide = page.locator("section.present").last
-        report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
-        report["plots"] += slide.locator(".js-plotly-plot .main-svg").count() and 1
-        report["snapshots"] += slide.locator(".labsupport-panel-snapshot").count()
-        report["text_widgets"] += slide.get_by_text(re.compile(r"^(VBox|HBox|FigureWidget)\(")).count()
         now = json.dumps(page.evaluate("() => Reveal.getIndices()"))
+        extent = page.evaluate(SLIDE_EXTENT_JS)
+        extent["step"] = k
+        extents.setdefault(extent["slide"], []).append(extent)
+        if now != last:                          # count what a slide shows once, not once per scroll step
+            report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
+            report["math_errors"] += slide.locator(".MathJax_Error, merror").count()
+            report["plots"] += slide.locator(".js-plotly-plot .main-svg").count() and 1
+            report["plots_undrawn"] += slide.locator(".plotly-graph-div:not(:has(.main-svg))").count()
+            report["snapshots"] += slide.locator(".labsupport-panel-snapshot").count()
+            report["text_widgets"] += slide.get_by_text(re.compile(r"^(VBox|HBox|FigureWidget)\(")).count()
         report["advanced"] += now != last
-        last, now = now, None
-        if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next"):
+        last = now
+        if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next") and not page.evaluate(
+                "() => { const s = Reveal.getCurrentSlide(); return s.classList.contains('ls-scroll') && "
+                "s.scrollTop + s.clientHeight < s.scrollHeight - 2; }"):
             report["reached_end"] = True
             break
         page.keyboard.press("Space")              # reveal.js "next": slides and their subslides in order
         time.sleep(0.8)
+    report["cut"] = []
+    for name, seen in extents.items():
+        report["fitted"] += any(e["zoom"] != "1" for e in seen)
+        report["scrolled"] += any(e["scrolls"] for e in seen)
+        edges = {"top": any(e["box"]["top"] >= e["seen"]["top"] for e in seen),
+                 "bottom": any(e["box"]["bottom"] <= e["seen"]["bottom"] for e in seen),
+                 "left": all(e["box"]["left"] >= e["seen"]["left"] for e in seen),
+                 "right": all(e["box"]["right"] <= e["seen"]["right"] for e in seen)}
+        if not all(edges.values()):
+            worst = max(seen, key=lambda e: e["box"]["bottom"] - e["seen"]["bottom"])
+            report["cut"].append({"slide": name, "edges": [k for k, ok in edges.items() if not ok],
+                                  "steps": [e["step"] for e in seen],
+                                  "below_px": round(min(e["box"]["bottom"] - e["seen"]["bottom"] for e in seen)),
+                                  "right_px": round(max(e["box"]["right"] - e["seen"]["right"] for e in seen)),
+                                  "zoom": worst["zoom"]})
     report["remote_requests"] = [u for u in requests if not u.startswith(("file://", "data:", "about:"))]
-    # Harmless and local: MathJax probes a web font at about:blank, and its AMS-symbols extension
-    # asks once for a TeX font file jupyter-server-mathjax does not ship (STIX-Web draws the glyph).
-    # One generic "Failed to load resource" console line accompanies each such request.
-    probes = [e for e in errors if "about:blank" in e or "/mathjax/fonts/HTML-CSS/TeX/" in e]
+    # Harmless and local: MathJax's HTML-CSS output tests for fonts with a @font-face at about:blank;
+    # one generic "Failed to load resource" console line accompanies it. A missing local file is an error.
+    probes = [e for e in errors if "about:blank" in e]
     report["console_errors"] = [e for e in errors if e not in probes and not (
-        e.startswith("Failed to load resource") and probes)][:10]
+        e.startswith("Failed to load resource: net::ERR_FAILED") and probes)][:10]
     context.close()
     return report
 
@@ -420,17 +496,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deck-size", default="1280x720", help="with --deck: the viewport of the deck (a projector)")
     parser.add_argument("--offline", action="store_true",
                         help="the arguments are exported .slides.html decks: open them from disk, offline")
+    parser.add_argument("--offline-viewport", default="1280x800", metavar="WxH",
+                        help="with --offline: the browser window, e.g. 1280x720 or 1920x1080 (a projector)")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
     if args.offline:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
-            reports = [check_offline(browser, Path(h), args.out) for h in args.notebooks]
+            size = tuple(int(v) for v in args.offline_viewport.lower().split("x"))
+            reports = [check_offline(browser, Path(h), args.out, size) for h in args.notebooks]
             browser.close()
         print(json.dumps({"offline_reports": reports}, indent=2))
         bad = any(r["remote_requests"] or r["console_errors"] or r["text_widgets"] or not r["reached_end"]
-                  for r in reports)
+                  or r["cut"] or r["plots_undrawn"] or r["math_errors"] for r in reports)
         return 1 if bad else 0
 
     port = free_port()
