@@ -14,6 +14,16 @@ So the decks open from disk with no network (a CDN is never contacted at view ti
 become static plotly charts; each live panel (:class:`labsupport.widgets.snapshot.Panel`) is
 shown by its static snapshot (figures, readouts, control values at the moment it was built).
 Live sliders need a kernel: present from JupyterLab (``jupyterlab-slideshow``) for those.
+
+Slides are 1280 x 800 (reveal.js scales them to the window: 1280x720, 1920x1080 projectors).
+A slide whose content is taller is shrunk to fit when that takes at most 20 %; a taller one
+keeps its text size and scrolls: the keys that advance (→ ↓ Space PageDown, a clicker) first
+page down through it, a "▼ more below" badge says there is more, and the keys that go back
+page up first. MathJax's hidden MathML copy (for screen readers) is given local fonts, so no
+TeX web font that jupyter-server-mathjax does not ship is ever requested.
+
+``--keep-executed DIR`` also saves the executed notebooks: after a change of the template,
+``--no-execute DIR/*.ipynb`` re-exports every deck in seconds.
 """
 
 from __future__ import annotations
@@ -27,10 +37,59 @@ from pathlib import Path
 
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: shown instead of a widget that has no static snapshot (its text/plain would be "VBox(children=...)")
+NO_SNAPSHOT_HTML = ("<div class='labsupport-no-snapshot' style='color:#555;border-left:4px solid #bbb;"
+                    "padding-left:8px'>(a live panel: run this chapter in JupyterLab to use it)</div>")
 TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 # output priority in the deck: the snapshot's HTML before a widget view (which needs a kernel)
 DISPLAY_PRIORITY = ["text/html", "application/pdf", "text/latex", "image/svg+xml", "image/png", "image/jpeg",
                     "text/markdown", "text/plain"]
+
+
+# "Continue the current slide". JupyterLab 4's slide-type menu writes "-" as the empty string, and
+# jupyterlab-slideshow (the live deck) only knows the empty string or no value: a cell marked with
+# classic Notebook's "-" is a slide type it does not know, so it is never shown on any slide (a
+# panel's code cell with its live output vanishes from the deck). nbconvert's reveal.js export reads
+# "", "-" and a missing value alike, so "" works in both.
+CONTINUE = ""
+SLIDE_TYPES = (CONTINUE, "slide", "subslide", "fragment", "skip", "notes")
+HIDDEN_SLIDE_TYPES = ("skip", "notes")
+
+
+def deck_slide_types(nb):
+    """Give every cell of ``nb`` a slide type both the live deck and the exported slides read; in place.
+
+    The rule, deterministic and idempotent (``tests/notebook_tools.py`` applies it whenever it
+    writes a chapter):
+
+    * a missing slide type and classic Notebook's ``"-"`` become :data:`CONTINUE` (``""``), the
+      spelling jupyterlab-slideshow shows on the current slide (it hides ``"-"`` cells);
+    * the first code cell (the chapter's set-up) is never ``skip`` / ``notes``: it continues the
+      title slide, so the presenter runs it from the first slide (``Shift+Enter``).
+
+    Args:
+        nb: an ``nbformat.NotebookNode`` (v4).
+
+    Returns:
+        The same notebook.
+
+    Raises:
+        ValueError: a cell has a slide type outside :data:`SLIDE_TYPES` (after the rule above).
+    """
+    setup_seen = False
+    for cell in nb.cells:
+        show = cell.metadata.setdefault("slideshow", {})
+        if show.get("slide_type") in (None, "-"):
+            show["slide_type"] = CONTINUE
+        if cell.cell_type == "code" and not setup_seen:
+            setup_seen = True
+            if show["slide_type"] in HIDDEN_SLIDE_TYPES:
+                show["slide_type"] = CONTINUE
+        if show["slide_type"] not in SLIDE_TYPES:
+            raise ValueError(f"slide_type must be one of {SLIDE_TYPES}, got {show['slide_type']!r} "
+                             f"in cell {cell.get('id', '?')}")
+    return nb
 
 
 def _package_dir(module: str) -> Path:
@@ -73,20 +132,28 @@ def _plotly_to_html_preprocessor():
     from labsupport.widgets.snapshot import figure_html
 
     class PlotlyToHTML(Preprocessor):
-        """Give every plotly output a static ``text/html`` chart (global ``Plotly``, no require.js)."""
+        """Give every plotly output a static ``text/html`` chart (global ``Plotly``, no require.js), and
+        a widget without a snapshot (not a :class:`~labsupport.widgets.snapshot.Panel`) a short note."""
 
         def preprocess_cell(self, cell, resources, index):
             for out in cell.get("outputs", []):
                 data = out.get("data", {})
                 if PLOTLY_MIME in data:
                     data["text/html"] = figure_html(data[PLOTLY_MIME])
+                elif WIDGET_MIME in data and "text/html" not in data:
+                    data["text/html"] = NO_SNAPSHOT_HTML
             return cell, resources
 
     return PlotlyToHTML
 
 
-def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int = 600) -> Path:
-    """Execute (unless ``execute=False``) and export one notebook; returns the written ``.slides.html``."""
+def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int = 600,
+           keep_executed: Path | None = None) -> Path:
+    """Execute (unless ``execute=False``) and export one notebook; returns the written ``.slides.html``.
+
+    ``keep_executed``: a folder to also write the executed notebook to (same file name), so a
+    change of the template can be re-exported from it with ``execute=False`` in seconds.
+    """
     import nbformat
     from nbconvert import SlidesExporter
     from nbconvert.preprocessors import ExecutePreprocessor
@@ -98,7 +165,6 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
     c.SlidesExporter.template_name = "offline"
     c.SlidesExporter.extra_template_basedirs = [str(TEMPLATES)]
     c.SlidesExporter.reveal_url_prefix = "vendor/reveal.js"
-    c.SlidesExporter.reveal_scroll = True
     c.SlidesExporter.reveal_theme = "white"
     c.SlidesExporter.reveal_width = "1280"
     c.SlidesExporter.reveal_height = "800"
@@ -111,6 +177,9 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
         os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only
         ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3", store_widget_state=False)
         ep.preprocess(nb, {"metadata": {"path": str(notebook.parent)}})
+        if keep_executed is not None:
+            Path(keep_executed).mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, Path(keep_executed) / notebook.name)
     exporter = SlidesExporter(config=c)
     exporter.register_preprocessor(_plotly_to_html_preprocessor(), enabled=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
@@ -125,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/slides"))
     parser.add_argument("--no-execute", action="store_true", help="export the notebooks' saved outputs as they are")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--keep-executed", type=Path, default=None, metavar="DIR",
+                        help="also save the executed notebooks in DIR (re-export them later with --no-execute)")
     args = parser.parse_args(argv)
     for nb in args.notebooks:
         start = time.perf_counter()
-        target = export(nb, args.out, execute=not args.no_execute, timeout=args.timeout)
+        target = export(nb, args.out, execute=not args.no_execute, timeout=args.timeout,
+                        keep_executed=args.keep_executed)
         print(f"{nb} -> {target} ({time.perf_counter() - start:.0f} s)")
     return 0
 

@@ -33,17 +33,28 @@ finish, a control that did not redraw, a blank figure, or a console error.
 
 Slides:
 
-``--deck``: after "Run All" the notebook is presented with jupyterlab-slideshow ("Toggle Deck");
-the check steps through the deck (→) and, on every slide that shows a live panel, saves
-``deck_NN.png``, moves the panel's first slider and saves ``deck_NN_slider.png`` (a panel that
-does not redraw is reported).
+``--deck``: after "Run All" the notebook is presented with jupyterlab-slideshow ("Toggle Deck") in a
+``--deck-size`` viewport (default 1280x720, a projector); the check steps through the deck with its
+on-screen remote. It runs the set-up cell from its slide (Shift+Enter: ``deck_setup.png``,
+``deck_setup_ran.png``), and on every slide that shows a live panel (an ipywidgets slider, with its
+plotly FigureWidgets) saves ``deck_NN.png``, moves the panel's first slider and saves
+``deck_NN_slider.png``; ``deck_step_NN.png`` is every step. Each notebook's report is printed as soon
+as it is done, then its tab is closed and its kernel shut down. Exit code 1 (``deck_failed``) when no
+panel was live on a slide, a panel cell of the notebook never appeared on a slide, a panel did not
+redraw, was wider than the viewport or shown as text, showed a blank figure (axes only: no title,
+point, line, bar or shape), or the set-up did not run from its slide.
+Panels taller than the viewport (they scroll) are listed in ``deck_taller_than_screen``.
 
 ``--offline build/slides/01_sampling.slides.html [...]``: no JupyterLab; each exported deck is
 opened from disk in a browser context with networking disabled, stepped through slide by slide
 (``offline_<stem>_NN.png``), and the report counts slides, typeset formulas, drawn plotly
 charts and panel snapshots, and lists every request that was not a local file, every widget
-shown as text (``VBox(...)``) and console errors. Exit code 1 when any of those is found or a
-deck does not advance.
+shown as text (``VBox(...)``) and console errors. It also lists, under ``cut``, every slide whose
+content was never wholly on screen (some edge stayed outside the slide area at every step spent
+on it; a slide that scrolls must be scrolled to its end by the advancing key), counts slides
+shrunk to fit / scrolling, plotly charts left undrawn and MathJax errors. ``--offline-viewport
+1280x720`` (or ``1920x1080``) sets the window. Exit code 1 when any problem is found or a deck
+does not advance.
 
 This is a maintainer's check, not part of ``make test`` (CI has no browser).
 """
@@ -367,25 +378,6 @@ def run_all(page, run_timeout: float, restart: bool) -> tuple[bool, float]:
     return finished, round(time.time() - started - 2, 1)     # less the three polls that confirmed the end
 
 
-def close_notebook(page, port: int) -> None:
-    """Close the notebook's tab and shut its kernel down (the next notebook gets the CPU)."""
-    with contextlib.suppress(Exception):
-        page.click("li.lm-MenuBar-item:has-text('File')")
-        page.click(".lm-Menu-item:has-text('Close and Shut Down Notebook')", timeout=5000)
-        for _ in range(3):                          # "shut down?" then perhaps "save?": accept / discard
-            time.sleep(1)
-            dialog = page.locator(".jp-Dialog")
-            if not dialog.count():
-                break
-            discard = dialog.locator("button:has-text('Discard'), button:has-text(\"Don't Save\")")
-            (discard.first if discard.count() else dialog.locator(".jp-mod-accept").first).click(timeout=5000)
-    with contextlib.suppress(Exception):            # whatever is still running
-        sessions = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=10))
-        for s in sessions:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/sessions/{s['id']}", method="DELETE")
-            urllib.request.urlopen(req, timeout=30)
-
-
 def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip_panels: bool = False,
                    repeat: int = 1, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
@@ -435,58 +427,251 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip
     return report
 
 
-def check_deck(page, out: Path, max_slides: int = 150) -> dict:
-    """Present the open notebook with jupyterlab-slideshow; on each slide with a panel move a slider.
+# a live panel: a cell whose output holds an ipywidgets slider (its figures are plotly FigureWidgets)
+PANEL_CELLS_JS = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) =>
+    c.querySelector('.jp-OutputArea .widget-slider') ? i : -1).filter(i => i >= 0)"""
+CELL_OF_JS = "e => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).indexOf(e.closest('.jp-Cell'))"
+ACTIVE_JS = "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).findIndex(c => c.classList.contains('jp-mod-active'))"
 
-    Starts at the title cell and advances with the deck's on-screen remote (next subslide or
-    fragment, else next slide) until both are disabled (the end) or ``max_slides`` steps.
+
+def _deck_go(page) -> bool:
+    """Press the deck's on-screen remote: next subslide/fragment, else next slide; False at the end."""
+    for direction in ("down", "forward"):
+        button = page.locator(f".jp-deck-mod-direction-{direction}").first
+        if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
+            button.click()
+            return True
+    return False
+
+
+def _deck_run_setup(page, cell_index: int, report: dict) -> None:
+    """Run the set-up cell from its slide (Shift+Enter on the active cell, as a presenter does)."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+    classes = cell.get_attribute("class") or ""
+    report["deck_setup_on_slide"] = "jp-deck-mod-onscreen" in classes and "jp-deck-mod-visible" in classes
+    prompt = cell.locator(".jp-InputPrompt").first
+    before = prompt.text_content()
+    cell.evaluate("e => e.focus()")
+    page.keyboard.press("Shift+Enter")
+    time.sleep(2)
+    wait_idle(page, 120)
+    after = prompt.text_content()
+    text = cell.inner_text()
+    report["deck_setup_ran"] = after != before and "[*]" not in after and "Traceback" not in text
+    report["deck_setup_prompt"] = f"{before.strip()} -> {after.strip()}"
+
+
+def _panel_box(cell) -> dict:
+    """Where the panel (the cell's output area) lies in the viewport, in CSS pixels."""
+    return cell.evaluate("""e => { const o = e.querySelector('.jp-Cell-outputArea') || e;
+        const r = o.getBoundingClientRect();
+        return {left: Math.round(r.left), top: Math.round(r.top), right: Math.round(r.right),
+                bottom: Math.round(r.bottom), width: Math.round(r.width), height: Math.round(r.height),
+                scroll_width: o.scrollWidth, client_width: o.clientWidth,
+                figures: Array.from(e.querySelectorAll('.js-plotly-plot')).filter(f =>
+                    f.getBoundingClientRect().width > 50 && f.getBoundingClientRect().height > 50).length,
+                blank: Array.from(e.querySelectorAll('.js-plotly-plot')).filter(f => !f.querySelector(
+                    'path.point, path.js-line, .bars path, .shapelayer path, .main-svg image, .gtitle')).length}; }""")
+
+
+def _deck_ensure_ran(page, run_timeout: float) -> int:
+    """Cells with an execution count; when none has one (Run All sent before the kernel was up), run all again."""
+    count_js = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt'))
+                  .filter(e => /\\[\\d+\\]/.test(e.textContent)).length"""
+    ran = page.evaluate(count_js)
+    if ran == 0:
+        with contextlib.suppress(Exception):
+            page.locator(".jp-toast-button:has-text('No')").first.click(timeout=2000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        page.click("li.lm-MenuBar-item:has-text('Run')")
+        page.click(".lm-Menu-item:has-text('Run All Cells')")
+        time.sleep(5)
+        wait_idle(page, run_timeout)
+        time.sleep(2)
+        ran = page.evaluate(count_js)
+    return ran
+
+
+def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (1280, 720),
+               run_timeout: float = 240.0) -> dict:
+    """Present the open notebook with jupyterlab-slideshow; prove each live panel works on a slide.
+
+    The notebook has run (check_notebook). Its panel cells (an output holding an ipywidgets
+    slider) are listed first. The viewport becomes ``size`` (a projector), the deck starts at the
+    title cell and advances with its on-screen remote until the end. On the way: the first code
+    cell (the set-up) is run from its slide with Shift+Enter; on each slide showing a panel not
+    seen before, the panel is scrolled into view, ``deck_NN.png`` is saved, its first visible
+    slider is moved (End, or Home at the end) and ``deck_NN_slider.png`` saved. Reported:
+    panels seen on slides, panels that did not redraw, panel cells never shown on a slide,
+    panels wider than the viewport (cut off), panels taller than it (need scrolling), widgets
+    shown as text, and whether the set-up ran on its slide.
     """
-    report = {"deck_steps": 0, "deck_panels": 0, "deck_no_redraw": [], "deck_text_widgets": 0}
+    report = {"deck_size": f"{size[0]}x{size[1]}", "deck_steps": 0, "deck_panels": 0, "deck_panel_cells": [],
+              "deck_figures": 0, "deck_no_redraw": [], "deck_blank_figures": [], "deck_missing_panels": [], "deck_cut_off": [],
+              "deck_taller_than_screen": [], "deck_text_widgets": 0, "deck_setup_on_slide": None,
+              "deck_setup_ran": None}
+    report["deck_cells_run"] = _deck_ensure_ran(page, run_timeout)
+    with contextlib.suppress(Exception):             # the news toast sits over the deck's remote
+        page.locator(".jp-toast-button:has-text('No')").first.click(timeout=2000)
+    panel_cells = page.evaluate(PANEL_CELLS_JS)
+    setup = page.evaluate("() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'))"
+                          ".findIndex(c => c.classList.contains('jp-CodeCell'))")
+    page.set_viewport_size({"width": size[0], "height": size[1]})
     page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTo(0, 0)")
     time.sleep(1)
-    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt, .jp-Cell-inputCollapser").first.click()
-    page.keyboard.press("Escape")                   # the deck starts at the active cell: the title
+    # the deck starts at the active cell: the title (its prompt area, not its collapser, which would fold it)
+    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Escape")
     page.click("[data-command='deck:toggle']")
     time.sleep(3)
     seen: set[int] = set()
-    cell_of = "e => Array.from(document.querySelectorAll('.jp-Cell')).indexOf(e.closest('.jp-Cell'))"
     for k in range(max_slides):
-        page.evaluate("() => document.activeElement && document.activeElement.blur()")
-        handles = [h for h in page.locator(".widget-slider .noUi-handle").all() if h.is_visible()]
-        report["deck_text_widgets"] += sum(t.is_visible() for t in page.get_by_text("VBox(children=").all())
-        cell = handles[0].evaluate(cell_of) if handles else None
-        if handles and cell not in seen:
-            seen.add(cell)
-            report["deck_panels"] += 1
-            before = page.screenshot(path=str(out / f"deck_{k:02d}.png"))
-            start = handles[0].get_attribute("aria-valuenow")
-            handles[0].focus()
-            handles[0].press("End")
-            if handles[0].get_attribute("aria-valuenow") == start:
-                handles[0].press("Home")
-            time.sleep(3)
-            after = page.screenshot(path=str(out / f"deck_{k:02d}_slider.png"))
-            if after == before:
-                report["deck_no_redraw"].append(f"deck step {k} (cell {cell})")
-            page.evaluate("() => document.activeElement && document.activeElement.blur()")
         report["deck_steps"] = k + 1
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        report["deck_text_widgets"] += sum(t.is_visible() for t in page.get_by_text("VBox(children=").all())
+        active = page.evaluate(ACTIVE_JS)
+        if active == setup and report["deck_setup_ran"] is None:
+            page.screenshot(path=str(out / "deck_setup.png"))
+            _deck_run_setup(page, setup, report)      # Shift+Enter also advances the deck
+            page.screenshot(path=str(out / "deck_setup_ran.png"))
+            continue
+        for handle in page.locator(".jp-deck-mod-onscreen.jp-deck-mod-visible .widget-slider .noUi-handle").all():
+            cell_index = handle.evaluate(CELL_OF_JS)
+            if cell_index in seen or not handle.is_visible():
+                continue
+            seen.add(cell_index)
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+            cell.locator(".jp-Cell-outputArea").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+            time.sleep(0.5)
+            box = _panel_box(cell)
+            report["deck_panels"] += 1
+            report["deck_panel_cells"].append(cell_index)
+            report["deck_figures"] += box["figures"]
+            if box["blank"]:                         # axes drawn, but no title, point, line, bar or shape
+                report["deck_blank_figures"].append(f"cell {cell_index}: {box['blank']} blank figure(s)")
+            if box["right"] > size[0] or box["left"] < 0 or box["scroll_width"] > box["client_width"] + 2:
+                report["deck_cut_off"].append(f"cell {cell_index}: {box}")
+            if box["height"] > size[1]:
+                report["deck_taller_than_screen"].append(f"cell {cell_index}: {box['height']} px")
+            panel = cell.locator(".jp-Cell-outputArea").first
+            page.screenshot(path=str(out / f"deck_{k:02d}.png"))
+            before = panel.screenshot()
+            start = handle.get_attribute("aria-valuenow")
+            handle.focus()
+            handle.press("End")
+            if handle.get_attribute("aria-valuenow") == start:
+                handle.press("Home")
+            time.sleep(3)
+            wait_idle(page, 60)
+            page.screenshot(path=str(out / f"deck_{k:02d}_slider.png"))
+            after = panel.screenshot()
+            if handle.get_attribute("aria-valuenow") == start:
+                report["deck_no_redraw"].append(f"deck step {k} (cell {cell_index}): slider did not move")
+            elif after == before:
+                report["deck_no_redraw"].append(f"deck step {k} (cell {cell_index})")
+            page.evaluate("() => document.activeElement && document.activeElement.blur()")
+            break                                    # one panel per step: the next step shows the next one
         page.screenshot(path=str(out / f"deck_step_{k:02d}.png"))
-        for direction in ("down", "forward"):      # the on-screen remote: subslide/fragment first, then next slide
-            button = page.locator(f".jp-deck-mod-direction-{direction}").first
-            if "jp-mod-disabled" not in (button.get_attribute("class") or ""):
-                button.click()
-                break
-        else:
+        if not _deck_go(page):
             break                                   # both disabled: the last slide
         time.sleep(1.0)
     page.screenshot(path=str(out / "deck_last.png"))
+    report["deck_missing_panels"] = [i for i in panel_cells if i not in seen]
+    report["deck_notebook_panels"] = len(panel_cells)
     return report
 
 
-def check_offline(browser, html: Path, out: Path) -> dict:
-    """Open an exported deck from disk with networking disabled and step through every slide."""
+def deck_failed(report: dict) -> bool:
+    """A deck check fails when no panel (or not every panel) was live on a slide, or the set-up did not run."""
+    return (report["deck_panels"] == 0 or bool(report["deck_missing_panels"]) or bool(report["deck_no_redraw"])
+            or bool(report["deck_text_widgets"]) or bool(report["deck_cut_off"]) or bool(report["deck_blank_figures"])
+            or not report["deck_setup_on_slide"] or not report["deck_setup_ran"])
+
+
+def close_notebook(page, port: int, viewport: dict) -> int:
+    """Leave the deck, close every tab (discarding changes) and shut the kernels down before the next notebook.
+
+    Returns the notebook tabs still open after "Close All Tabs" (0 when all closed). The page then
+    goes to ``about:blank`` before the kernels stop, so no widget view is left to sync with a dead kernel.
+    """
+    # leave the deck with its "Exit Deck" button: the deck's "active" setting persists, and a deck left
+    # on would come back (top bar hidden) when the next notebook's page loads
+    with contextlib.suppress(Exception):
+        page.locator(".jp-Deck-Remote .jp-deck-mod-stop").first.click(timeout=5000)
+        page.wait_for_function("() => document.body.dataset.jpDeckMode !== 'presenting'", timeout=10_000)
+        time.sleep(1)
+    with contextlib.suppress(Exception):
+        page.click("li.lm-MenuBar-item:has-text('File')")
+        page.click(".lm-Menu-item:has-text('Close All Tabs')", timeout=5000)
+        time.sleep(1)
+        for _ in range(5):                           # "Save your work?" for each changed notebook
+            button = page.locator(".jp-Dialog-button:has-text('Discard'), .jp-Dialog-button:has-text(\"Don't Save\")")
+            if not button.count():
+                break
+            button.first.click()
+            time.sleep(0.5)
+    left = page.locator(".jp-NotebookPanel").count()
+    page.goto("about:blank")
+    with contextlib.suppress(OSError):
+        base = f"http://127.0.0.1:{port}/api/sessions"
+        for session in json.loads(urllib.request.urlopen(base, timeout=10).read()):
+            urllib.request.urlopen(urllib.request.Request(f"{base}/{session['id']}", method="DELETE"), timeout=30)
+    page.set_viewport_size(viewport)                 # only now: a resize makes live figures sync with the kernel
+    return left
+
+
+# Where the present slide's content lies, in viewport pixels, and the part of it one can see now:
+# the slide area (reveal.js's scaled 1280x800 box) cut by the viewport and, for a slide that
+# scrolls, by its own box. Each element's box is cut by its clipping ancestors (a code cell's
+# horizontal scroller hides long lines on purpose); a plot's or a formula's inside is not walked.
+SLIDE_EXTENT_JS = """() => {
+  const slide = Reveal.getCurrentSlide(), area = Reveal.getSlidesElement().getBoundingClientRect();
+  const view = {top: 0, left: 0, bottom: innerHeight, right: innerWidth};
+  const own = slide.getBoundingClientRect(), scrolls = /auto|scroll/.test(getComputedStyle(slide).overflowY);
+  const seen = {top: Math.max(view.top, area.top, scrolls ? own.top : -1e9) - 2,
+                bottom: Math.min(view.bottom, area.bottom, scrolls ? own.bottom : 1e9) + 2,
+                left: Math.max(view.left, area.left) - 2, right: Math.min(view.right, area.right) + 2};
+  const clips = new Map();
+  function clipOf(e) {                        // the box e's ancestors below the slide let it show in
+    if (!e || e === slide) return {top: -1e9, left: -1e9, bottom: 1e9, right: 1e9};
+    if (clips.has(e)) return clips.get(e);
+    let c = clipOf(e.parentElement);
+    if (getComputedStyle(e).overflow !== 'visible') {
+      const r = e.getBoundingClientRect();
+      c = {top: Math.max(c.top, r.top), left: Math.max(c.left, r.left),
+           bottom: Math.min(c.bottom, r.bottom), right: Math.min(c.right, r.right)};
+    }
+    clips.set(e, c);
+    return c;
+  }
+  const box = {top: 1e9, left: 1e9, bottom: -1e9, right: -1e9};
+  for (const e of slide.querySelectorAll(':scope *:not(svg *):not(.js-plotly-plot *):not(.MathJax *):not(.MathJax_Display *)')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width || !r.height || getComputedStyle(e).visibility === 'hidden') continue;
+    const c = clipOf(e.parentElement);
+    const top = Math.max(r.top, c.top), bottom = Math.min(r.bottom, c.bottom);
+    const left = Math.max(r.left, c.left), right = Math.min(r.right, c.right);
+    if (bottom <= top || right <= left) continue;         // scrolled out of its own scroller: not cut
+    box.top = Math.min(box.top, top); box.bottom = Math.max(box.bottom, bottom);
+    box.left = Math.min(box.left, left); box.right = Math.max(box.right, right);
+  }
+  const i = Reveal.getIndices();
+  return {slide: `${i.h}/${i.v || 0}`, box, seen, zoom: slide.style.zoom || '1', scrolls: scrolls && slide.scrollHeight > slide.clientHeight};
+}"""
+
+
+def check_offline(browser, html: Path, out: Path, viewport: tuple[int, int] = (1280, 800)) -> dict:
+    """Open an exported deck from disk with networking disabled and step through every slide.
+
+    Besides the counts of the module docstring, ``cut`` lists every slide whose content was never
+    wholly on screen: its top, bottom, left or right edge lay outside the slide area (in the
+    ``viewport``) at every step spent on that slide (a slide that scrolls must have been scrolled
+    to its end by the keys that advance). ``fitted`` / ``scrolled`` count slides shrunk to fit and
+    slides that scroll; ``plots_undrawn`` counts plotly charts without an SVG, ``math_errors``
+    MathJax's error boxes.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, offline=True)
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, offline=True)
     page = context.new_page()
     requests, errors = [], []
     page.on("request", lambda r: requests.append(r.url))
@@ -495,31 +680,55 @@ def check_offline(browser, html: Path, out: Path) -> dict:
     page.goto(html.resolve().as_uri())
     time.sleep(4)
     total = page.evaluate("() => Reveal.getTotalSlides()")
-    report = {"deck": str(html), "slides": total, "advanced": 0, "math": 0, "plots": 0, "snapshots": 0,
-              "text_widgets": 0, "reached_end": False}
+    report = {"deck": str(html), "viewport": f"{viewport[0]}x{viewport[1]}", "slides": total, "advanced": 0,
+              "math": 0, "math_errors": 0, "plots": 0, "plots_undrawn": 0, "snapshots": 0, "text_widgets": 0,
+              "fitted": 0, "scrolled": 0, "reached_end": False}
     last = None
-    for k in range(3 * total + 10):              # fragments take steps too; stop after the last slide
+    extents: dict[str, list[dict]] = {}
+    for k in range(4 * total + 20):              # fragments and scrolling take steps too; stop after the last slide
         page.screenshot(path=str(out / f"offline_{html.stem.split('.')[0]}_{k:02d}.png"))
         slide = page.locator("section.present").last
-        report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
-        report["plots"] += slide.locator(".js-plotly-plot .main-svg").count() and 1
-        report["snapshots"] += slide.locator(".labsupport-panel-snapshot").count()
-        report["text_widgets"] += slide.get_by_text(re.compile(r"^(VBox|HBox|FigureWidget)\(")).count()
         now = json.dumps(page.evaluate("() => Reveal.getIndices()"))
+        extent = page.evaluate(SLIDE_EXTENT_JS)
+        extent["step"] = k
+        extents.setdefault(extent["slide"], []).append(extent)
+        if now != last:                          # count what a slide shows once, not once per scroll step
+            report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
+            report["math_errors"] += slide.locator(".MathJax_Error, merror").count()
+            report["plots"] += slide.locator(".js-plotly-plot .main-svg").count() and 1
+            report["plots_undrawn"] += slide.locator(".plotly-graph-div:not(:has(.main-svg))").count()
+            report["snapshots"] += slide.locator(".labsupport-panel-snapshot").count()
+            report["text_widgets"] += slide.get_by_text(re.compile(r"^(VBox|HBox|FigureWidget)\(")).count()
         report["advanced"] += now != last
-        last, now = now, None
-        if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next"):
+        last = now
+        if page.evaluate("() => Reveal.isLastSlide() && !Reveal.availableFragments().next") and not page.evaluate(
+                "() => { const s = Reveal.getCurrentSlide(); return s.classList.contains('ls-scroll') && "
+                "s.scrollTop + s.clientHeight < s.scrollHeight - 2; }"):
             report["reached_end"] = True
             break
         page.keyboard.press("Space")              # reveal.js "next": slides and their subslides in order
         time.sleep(0.8)
+    report["cut"] = []
+    for name, seen in extents.items():
+        report["fitted"] += any(e["zoom"] != "1" for e in seen)
+        report["scrolled"] += any(e["scrolls"] for e in seen)
+        edges = {"top": any(e["box"]["top"] >= e["seen"]["top"] for e in seen),
+                 "bottom": any(e["box"]["bottom"] <= e["seen"]["bottom"] for e in seen),
+                 "left": all(e["box"]["left"] >= e["seen"]["left"] for e in seen),
+                 "right": all(e["box"]["right"] <= e["seen"]["right"] for e in seen)}
+        if not all(edges.values()):
+            worst = max(seen, key=lambda e: e["box"]["bottom"] - e["seen"]["bottom"])
+            report["cut"].append({"slide": name, "edges": [k for k, ok in edges.items() if not ok],
+                                  "steps": [e["step"] for e in seen],
+                                  "below_px": round(min(e["box"]["bottom"] - e["seen"]["bottom"] for e in seen)),
+                                  "right_px": round(max(e["box"]["right"] - e["seen"]["right"] for e in seen)),
+                                  "zoom": worst["zoom"]})
     report["remote_requests"] = [u for u in requests if not u.startswith(("file://", "data:", "about:"))]
-    # Harmless and local: MathJax probes a web font at about:blank, and its AMS-symbols extension
-    # asks once for a TeX font file jupyter-server-mathjax does not ship (STIX-Web draws the glyph).
-    # One generic "Failed to load resource" console line accompanies each such request.
-    probes = [e for e in errors if "about:blank" in e or "/mathjax/fonts/HTML-CSS/TeX/" in e]
+    # Harmless and local: MathJax's HTML-CSS output tests for fonts with a @font-face at about:blank;
+    # one generic "Failed to load resource" console line accompanies it. A missing local file is an error.
+    probes = [e for e in errors if "about:blank" in e]
     report["console_errors"] = [e for e in errors if e not in probes and not (
-        e.startswith("Failed to load resource") and probes)][:10]
+        e.startswith("Failed to load resource: net::ERR_FAILED") and probes)][:10]
     context.close()
     return report
 
@@ -535,19 +744,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="Run All this many times (then Restart Kernel and Run All) before operating the controls")
     parser.add_argument("--deck", action="store_true", help="also present each notebook with jupyterlab-slideshow")
     parser.add_argument("--deck-only", action="store_true", help="with --deck: skip the per-panel checks before it")
+    parser.add_argument("--deck-size", default="1280x720", help="with --deck: the viewport of the deck (a projector)")
     parser.add_argument("--offline", action="store_true",
                         help="the arguments are exported .slides.html decks: open them from disk, offline")
+    parser.add_argument("--offline-viewport", default="1280x800", metavar="WxH",
+                        help="with --offline: the browser window, e.g. 1280x720 or 1920x1080 (a projector)")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
     if args.offline:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
-            reports = [check_offline(browser, Path(h), args.out) for h in args.notebooks]
+            size = tuple(int(v) for v in args.offline_viewport.lower().split("x"))
+            reports = [check_offline(browser, Path(h), args.out, size) for h in args.notebooks]
             browser.close()
         print(json.dumps({"offline_reports": reports}, indent=2))
         bad = any(r["remote_requests"] or r["console_errors"] or r["text_widgets"] or not r["reached_end"]
-                  for r in reports)
+                  or r["cut"] or r["plots_undrawn"] or r["math_errors"] for r in reports)
         return 1 if bad else 0
 
     port = free_port()
@@ -574,12 +787,15 @@ def main(argv: list[str] | None = None) -> int:
                                               skip_panels=args.deck_only, repeat=args.repeat,
                                               log=lambda line: print(line, flush=True)))
                 if args.deck:
-                    reports[-1].update(check_deck(page, args.out / Path(rel).stem))
+                    size = tuple(int(v) for v in args.deck_size.lower().split("x"))
+                    reports[-1].update(check_deck(page, args.out / Path(rel).stem, size=size,
+                                                 run_timeout=args.run_timeout))
+                    reports[-1]["deck_failed"] = deck_failed(reports[-1])
                 reports[-1]["console_errors"] = [e for e in console_errors[seen:] if not any(s in e for s in ignored)]
                 (args.out / Path(rel).stem / "console.txt").write_text("\n".join(console_all))   # every type, for reading
                 console_all.clear()
-                print(json.dumps(reports[-1], indent=1, ensure_ascii=False), flush=True)
-                close_notebook(page, port)
+                reports[-1]["tabs_left"] = close_notebook(page, port, {"width": args.width, "height": args.height})
+                print(json.dumps(reports[-1], indent=1, ensure_ascii=False), flush=True)   # each notebook as it is done
             browser.close()
     finally:
         os.killpg(lab.pid, 15)
@@ -587,10 +803,10 @@ def main(argv: list[str] | None = None) -> int:
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     summary = [{"notebook": r["notebook"], "run_all_seconds": r["run_all_seconds"], "controls": r["controls"],
                 "tracebacks": len(r["tracebacks"]), "no_redraw": r["no_redraw"], "blank_figures": r["blank_figures"],
-                "console_errors": len(r["console_errors"])} for r in reports]
+                "console_errors": len(r["console_errors"]), "deck_failed": r.get("deck_failed")} for r in reports]
     print(json.dumps({"summary": summary, "console_errors": console_errors[:20]}, indent=1, ensure_ascii=False))
-    bad = (any(r["tracebacks"] or not r["finished"] or r["no_redraw"] or r["blank_figures"] or r.get("deck_no_redraw")
-               or r.get("deck_text_widgets") for r in reports) or bool(console_errors))
+    bad = (any(r["tracebacks"] or not r["finished"] or r["no_redraw"] or r["blank_figures"] or r.get("deck_failed")
+               or r.get("tabs_left") for r in reports) or bool(console_errors))
     return 1 if bad else 0
 
 

@@ -8,8 +8,10 @@ Afterwards the notebook is written exactly as the git filter ``nbstripout`` woul
 (``make setup`` installs that filter): all outputs and execution counts are removed except in
 cells whose first line is ``# NBVAL_CHECK_OUTPUT``; those get ``"keep_output": true`` cell
 metadata (nbstripout's own marker) and keep their plain-text output. The kernelspec is set to
-plain ``python3`` and cells without slide metadata get ``slide_type: "-"``. Prints each
-chapter's run time.
+plain ``python3`` and the slide types follow ``labsupport.slides.deck_slide_types`` ("continue
+the slide" is ``""``, which the live deck shows; the set-up cell is on the title slide). Prints
+each chapter's run time. Re-apply the slide rule alone, without executing:
+``python tests/notebook_tools.py --no-execute chapters/*.ipynb``.
 
 ``--test-copy DIR``: write a clean copy of each notebook under ``DIR`` (same relative path) for
 nbval: the cells' code comes from the working file, the reference outputs of the marked cells
@@ -31,8 +33,12 @@ import nbformat
 from nbclient import NotebookClient
 from nbstripout import strip_output
 
-MARK = "NBVAL_CHECK_OUTPUT"
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:                     # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+from labsupport.slides import deck_slide_types  # noqa: E402
+
+MARK = "NBVAL_CHECK_OUTPUT"
 
 
 def is_marked(cell: nbformat.NotebookNode) -> bool:
@@ -61,8 +67,8 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     if (nb.nbformat, nb.nbformat_minor) >= (4, 5):
         for i, cell in enumerate(nb.cells):       # every cell an id (nbstripout numbers them the same way)
             cell["id"] = str(i)
+    deck_slide_types(nb)                          # slide types the live deck shows (labsupport.slides)
     for cell in nb.cells:
-        cell.metadata.setdefault("slideshow", {"slide_type": "-"})
         if cell.cell_type != "code":
             continue
         if is_marked(cell):

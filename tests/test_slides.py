@@ -27,9 +27,14 @@ def _deck_source(tmp_path):
     panel.outputs = [nbformat.v4.new_output("execute_result", execution_count=1, data={
         "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
         "text/html": "<div class='labsupport-panel-snapshot'>T = <b>1.00</b></div>", "text/plain": "VBox(...)"})]
+    bare = nbformat.v4.new_code_cell("widgets.VBox([slider])")          # a widget that is not a Panel
+    bare.metadata["slideshow"] = {"slide_type": "subslide"}
+    bare.outputs = [nbformat.v4.new_output("execute_result", execution_count=2, data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "def", "version_major": 2, "version_minor": 0},
+        "text/plain": "VBox(children=(IntSlider(value=3),))"})]
     quiz = nbformat.v4.new_code_cell("quiz = Quiz([Numeric('2+2?', answer=4.0, explanation='four')])")
     quiz.metadata["tags"] = ["quiz"]
-    nb.cells = [title, fig, panel, quiz]
+    nb.cells = [title, fig, panel, bare, quiz]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = tmp_path / "demo.ipynb"
     nbformat.write(nb, path)
@@ -48,9 +53,40 @@ def test_export_is_offline_and_keeps_figures_and_snapshots(tmp_path):
     assert "vendor/mathjax/MathJax.js?config=" in html
     assert "Plotly.newPlot" in html                                          # the figure, as a static chart
     assert "labsupport-panel-snapshot" in html and "T = <b>1.00</b>" in html  # the panel, as its snapshot
-    assert "VBox(...)" not in html                                           # never the widget's repr
+    assert "VBox(...)" not in html and "VBox(children" not in html           # never the widget's repr
+    assert "labsupport-no-snapshot" in html                                  # but a note where a panel was
     assert "require(" not in html and "jquery" not in html.lower()
     assert "answer=4.0" not in html                                          # a quiz's code (answers) is not shown
+    # a slide taller than the slide height is fitted or scrolled (checked in a browser by
+    # tests/browser_check.py --offline); MathJax's hidden MathML copy gets local fonts only
+    assert "var SLIDE_HEIGHT = 800;" in html and "function fitSlide" in html and "ls-scroll" in html
+    assert re.search(r"\.MJX_Assistive_MathML \[mathvariant\][^{]*\{ font-family: math, serif", html)
+
+
+def test_vendored_mathjax_fonts_cover_what_the_deck_asks_for(tmp_path):
+    """Every font folder the deck's MathJax configuration names exists in the vendored copy."""
+    out = export(_deck_source(tmp_path), tmp_path / "slides", execute=False)
+    html = out.read_text(encoding="utf-8")
+    web_font = re.search(r'webFont: "([^"]+)"', html).group(1)
+    fonts = out.parent / "vendor" / "mathjax" / "fonts" / "HTML-CSS" / web_font / "woff"
+    assert len(list(fonts.glob("*.woff"))) >= 20                             # STIX-Web's woff files
+    assert (out.parent / "vendor" / "mathjax" / "jax" / "output" / "HTML-CSS" / "fonts" / web_font).is_dir()
+    assert 'availableFonts: []' in html and 'imageFont: null' in html        # no TeX fonts or PNG fonts asked for
+
+
+def test_export_can_keep_the_executed_notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(6 * 7)")
+    cell.metadata["slideshow"] = {"slide_type": "slide"}
+    nb.cells = [cell]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "answer.ipynb")
+    out = export(tmp_path / "answer.ipynb", tmp_path / "slides", keep_executed=tmp_path / "executed")
+    kept = nbformat.read(tmp_path / "executed" / "answer.ipynb", as_version=4)
+    assert kept.cells[0].outputs[0]["text"] == "42\n"
+    assert "42" in out.read_text(encoding="utf-8")
+    again = export(tmp_path / "executed" / "answer.ipynb", tmp_path / "again", execute=False)
+    assert "42" in again.read_text(encoding="utf-8")
 
 
 def test_vendor_install_is_idempotent(tmp_path):

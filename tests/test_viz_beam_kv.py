@@ -6,7 +6,7 @@ import pytest
 
 from labsupport import kv
 from labsupport.beam import beam_search
-from labsupport.viz.beam import TREE_TRACES, beam_tree_figure, length_penalty_figure
+from labsupport.viz.beam import TREE_TRACES, beam_tree_figure, length_penalty_figure, text_width_px
 from labsupport.viz.kv import (
     kv_cells_figure,
     kv_counts_figure,
@@ -45,6 +45,65 @@ def test_beam_tree_figure_marks_beams_pruned_finished_and_best(tiny_lm):
     assert by_name["best path"].line.width > by_name["beam edges"].line.width
     with pytest.raises(ValueError, match="max_children"):
         beam_tree_figure(res, max_children=0)
+
+
+def _label_boxes(fig: go.Figure):
+    """Each drawn label's box and each marker's centre, in pixels of the plot area (y downwards).
+
+    Mapping data to pixels from the figure's own width, height, margins and axis ranges; a label
+    starts right of its marker ("middle right") and is as wide as ``text_width_px`` says (that
+    estimate is generous: Chromium draws these labels at 65-95 % of it).
+    """
+    lay = fig.layout
+    plot_w = lay.width - lay.margin.l - lay.margin.r
+    plot_h = lay.height - lay.margin.t - lay.margin.b
+    (x0, x1), (y0, y1) = lay.xaxis.range, lay.yaxis.range
+
+    def px(x, y):
+        return (x - x0) / (x1 - x0) * plot_w, (y1 - y) / (y1 - y0) * plot_h
+
+    boxes, markers = [], []
+    for trace in fig.data:
+        if "markers" not in (trace.mode or ""):
+            continue
+        size = trace.textfont.size or lay.font.size
+        for k, (x, y) in enumerate(zip(trace.x, trace.y)):
+            cx, cy = px(x, y)
+            markers.append((cx, cy, (trace.marker.size or 6) / 2))
+            text = trace.text[k] if trace.text and trace.name != "prompt" else ""
+            if text:
+                left = cx + (trace.marker.size or 6) / 2 + 2
+                boxes.append((text, size, left, cy - 0.6 * size, left + text_width_px(text, size), cy + 0.6 * size))
+    return boxes, markers, plot_w, plot_h
+
+
+@pytest.mark.parametrize(("width", "depth"), [(6, 8), (6, 1), (1, 8), (3, 5)])
+def test_beam_tree_labels_never_overlap_at_the_panels_largest_settings(tiny_lm, width, depth):
+    res = beam_search(tiny_lm, "Return the number of", width, max_new_tokens=depth, ignore_eos=True)
+    fig = beam_tree_figure(res, max_children=3, prompt_label="Return the number of", width=940)
+    boxes, markers, plot_w, plot_h = _label_boxes(fig)
+    assert len(boxes) == sum(1 for n in res.nodes if n.status in ("kept", "finished"))   # every beam labelled
+    assert min(size for _, size, *_ in boxes) >= 11
+    for i, (text, _, l1, t1, r1, b1) in enumerate(boxes):
+        assert 0 <= l1 and r1 <= plot_w and 0 <= t1 and b1 <= plot_h, (text, l1, r1)   # not clipped by the axes
+        for text2, _, l2, t2, r2, b2 in boxes[i + 1:]:
+            assert not (l1 < r2 and l2 < r1 and t1 < b2 and t2 < b1), (text, text2)      # no two labels overlap
+        for cx, cy, radius in markers:                                                    # nor a label and a node
+            assert not (l1 < cx + radius and cx - radius < r1 and t1 < cy + radius and cy - radius < b1), (text, cx, cy)
+    root = next(t for t in fig.data if t.name == "prompt")
+    assert fig.layout.xaxis.range[0] < root.x[0] and "Return the number of" in root.hovertext[0]
+    last = [t for t in fig.data if t.name == "finished"][0]
+    assert all(f"({n.cum_log2:.1f})" in label for n, label in zip(
+        [n for n in res.nodes if n.status == "finished"], last.text))                    # final scores always shown
+
+
+def test_beam_tree_shortened_label_keeps_the_full_token_in_its_hover(tiny_lm):
+    res = beam_search(tiny_lm, "Return the number of", 6, max_new_tokens=8, ignore_eos=True)
+    node = next(n for n in res.nodes if n.status == "kept" and n.depth == 1)
+    node.token = "an_unusually_long_token_text"                   # wider than any column at depth 8
+    beams = next(t for t in beam_tree_figure(res, width=940).data if t.name == "beam")
+    k = list(beams.hovertext).index(next(h for h in beams.hovertext if "an_unusually_long_token_text" in h))
+    assert beams.text[k].endswith("…") and beams.text[k] != node.token
 
 
 def test_eos_finished_node_is_a_square(tiny_lm):

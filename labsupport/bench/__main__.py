@@ -2,9 +2,11 @@
 
 Each NAME maps to a module ``labsupport.bench.<module>`` with ``main(argv) -> int``:
 ``engine`` → ``engine``, ``speculative`` → ``speculative``, ``kv-cache`` → ``kv_cache``,
-``structured`` → ``structured``, ``vllm`` → ``vs_vllm``. ``all`` runs every one that exists, with
-default arguments (one whose ``unavailable()`` gives a reason, such as ``vllm`` without
-``.venv-vllm``, is skipped with that reason).
+``structured`` → ``structured``, ``speculative-variants`` → ``speculative_variants``,
+``vllm`` → ``vs_vllm``. ``all`` runs every one that exists, with default arguments (one whose
+``unavailable()`` gives a reason, such as ``vllm`` without ``.venv-vllm``, is skipped with that
+reason). Each runs once: ``speculative`` ends with the variants' table when run alone, so
+``all`` runs it with ``--no-variants`` (``ALL_ARGS``) and the variants come from their own entry.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import importlib
 import sys
 
 from . import BENCHMARKS
+
+#: Arguments ``all`` passes to a benchmark (default: none): no benchmark runs another one's part.
+ALL_ARGS = {"speculative": ["--no-variants"]}
 
 
 def _load(name: str):
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {name}: skipped ({reason})\n")
             continue
         print(f"== {name}")
-        status = max(status, int(module.main([]) or 0))
+        status = max(status, int(module.main(list(ALL_ARGS.get(name, []))) or 0))
         print()
     return status
 

@@ -15,10 +15,16 @@ as one sequence's new tokens: ``tree_parents`` gives each new token's parent (an
 the new tokens, ``-1`` = the cached prefix). Token ``i`` is stored in slot ``start + i`` but has
 position id ``start + depth(i)`` and attends to the prefix and to its own ancestors only.
 
-The gather copies the blocks into a padded ``(B, H, K, D)`` tensor, which plain PyTorch
-(``scaled_dot_product_attention``) can use; a CUDA kernel such as vLLM's reads the blocks in
-place instead. Shapes: ``N`` new tokens, ``B`` sequences, ``Q`` most new tokens of one
-sequence, ``K = max_blocks · block_size`` key slots per sequence, ``H`` heads, ``D`` head dim.
+Layout. One layer's cache is ``(2, num_blocks, block_size, H, D)``: K and V, then blocks, and
+inside a block the slots, each holding all heads of one token (``H·D`` numbers in a row), so
+writing a new token is one row per slot. The gather copies each sequence's blocks (one
+``index_select``, only up to the longest context) into ``(B, C, H, D)`` and *views* it as
+``(B, H, C, D)`` by swapping two strides; ``scaled_dot_product_attention`` takes that strided
+tensor without another copy. A kernel such as vLLM's reads the blocks in place instead of
+copying them. The mask is built once per step and only when some query must not see some key
+(a prompt's causal triangle, contexts of different lengths, a token tree). Shapes: ``N`` new
+tokens, ``B`` sequences, ``Q`` most new tokens of one sequence, ``C`` longest context (key
+slots per sequence), ``H`` heads, ``D`` head dim.
 """
 
 from __future__ import annotations
@@ -37,13 +43,19 @@ class AttentionMetadata:
     Attributes:
         positions: ``(N,)`` position id of each new token.
         slot_mapping: ``(N,)`` flat cache slot of each new token: ``table[p // bs]·bs + p % bs``.
-        block_tables: ``(B, max_blocks)`` physical blocks of each sequence, padded with block 0.
-        mask: ``(B, 1, Q, K)`` additive mask, 0 where query ``q`` of sequence ``b`` may attend to
+        block_tables: ``(B, max_blocks)`` physical blocks of each sequence, padded with block 0,
+            ``max_blocks = ⌈C / block_size⌉`` (only the blocks the longest context needs).
+        mask: ``(B, 1, Q, C)`` (``(B, H, 1, C)`` in a decode-only step) additive mask, 0 where query ``q`` of sequence ``b`` may attend to
             key slot ``k`` (``k ≤ position(q)``: causal; later slots hold other data or nothing),
-            ``-inf`` elsewhere. Built once per step, shared by every layer.
+            ``-inf`` elsewhere; built once per step, shared by every layer. ``None`` when every
+            query sees every one of the ``C`` keys (one new token per sequence and all contexts
+            of length ``C``: a single request decoding, or a batch at equal lengths).
         query_index: ``(N,)`` row of each new token in the padded ``(B·Q)`` query layout, or
-            ``None`` when every sequence has exactly one new token (pure decode: no padding).
+            ``None`` when every sequence has the same number of new tokens (the flat list is
+            already ``(B, Q)``: pure decode, or one sequence's prefill).
         query_lens: new tokens per sequence (Python list, length B).
+        context_lens: tokens each sequence attends over after this step, ``start + query_len``
+            (Python list, length B); ``C = max(context_lens)``.
 
     With a token tree, ``positions`` are ``start + depth`` while ``slot_mapping`` follows the
     order of the new tokens (``start + i``), and ``mask`` lets a tree token see only the
@@ -53,9 +65,10 @@ class AttentionMetadata:
     positions: torch.Tensor
     slot_mapping: torch.Tensor
     block_tables: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None
     query_index: torch.Tensor | None
     query_lens: list[int]
+    context_lens: list[int]
 
     @property
     def num_seqs(self) -> int:
@@ -63,14 +76,23 @@ class AttentionMetadata:
 
     @property
     def max_query_len(self) -> int:
-        return self.mask.shape[2]
+        return max(self.query_lens)
+
+    @property
+    def max_context_len(self) -> int:
+        return max(self.context_lens)
 
 
 def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                    block_tables: Sequence[Sequence[int]], block_size: int,
                    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                   tree_parents: Sequence[Sequence[int] | None] | None = None) -> AttentionMetadata:
-    """Build the step's :class:`AttentionMetadata` from per-sequence lists (no per-token loop).
+                   tree_parents: Sequence[Sequence[int] | None] | None = None,
+                   num_heads: int = 1) -> AttentionMetadata:
+    """Build the step's :class:`AttentionMetadata` from per-sequence lists.
+
+    Positions and slots are computed as Python lists and turned into tensors once: a decode
+    step is a handful of numbers, and on a small model every extra tensor op costs more than
+    the arithmetic it does.
 
     Args:
         query_lens: new tokens of each sequence this step (prefill chunk length, or 1 to decode).
@@ -81,6 +103,9 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
         device, dtype: of the tensors (``dtype`` is the additive mask's, the model's dtype).
         tree_parents: per sequence ``None`` (a causal chain) or the parent of each new token
             (``-1`` or an earlier index ``< i``; see :func:`tree_ancestors`).
+        num_heads: heads of the model; a decode-only step's mask is copied out per head
+            (``(B, H, 1, C)``, a few numbers) because SDPA on CPU reads a mask broadcast over the
+            heads about twice as slowly as the attention itself costs.
 
     Raises:
         ValueError: lists of different lengths, an empty batch, a query length < 1, a negative
@@ -97,28 +122,17 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
             raise ValueError(f"start_positions must be >= 0, got {start_positions[b]} for sequence {b}")
         if len(table) * block_size < ctx:
             raise ValueError(f"block table of sequence {b} holds {len(table) * block_size} slots, needs {ctx}")
-    num_seqs, max_q = len(query_lens), max(query_lens)
-    max_blocks = -(-max(ctx_lens) // block_size)
+    trees = tree_parents is not None and any(p is not None for p in tree_parents)
+    if trees and len(tree_parents) != len(query_lens):
+        raise ValueError(f"tree_parents must have one entry per sequence ({len(query_lens)}), got {len(tree_parents)}")
+    num_seqs, max_q, max_ctx = len(query_lens), max(query_lens), max(ctx_lens)
+    max_blocks = -(-max_ctx // block_size)
     padded = [list(t[:max_blocks]) + [0] * (max_blocks - min(len(t), max_blocks)) for t in block_tables]
-    tables = torch.tensor(padded, dtype=torch.long, device=device)                 # (B, max_blocks)
-    starts = torch.tensor(start_positions, dtype=torch.long, device=device)        # (B,)
-    if max_q == 1:                                                                 # decode only: N = B
-        seq_of_token = torch.arange(num_seqs, device=device)
-        positions = starts
-    else:
-        qlens = torch.tensor(query_lens, dtype=torch.long, device=device)          # (B,)
-        seq_of_token = torch.repeat_interleave(torch.arange(num_seqs, device=device), qlens)  # (N,)
-        first_token = torch.cumsum(qlens, 0) - qlens                               # (B,) flat index
-        offset = torch.arange(len(seq_of_token), device=device) - first_token[seq_of_token]  # (N,) 0..q-1
-        positions = starts[seq_of_token] + offset                                  # (N,)
-    slot_mapping = tables[seq_of_token, positions // block_size] * block_size + positions % block_size
-    query_pos = starts[:, None] + torch.arange(max_q, device=device)               # (B, Q)
-    key_pos = torch.arange(max_blocks * block_size, device=device)                 # (K,)
-    visible = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)       # (B, 1, Q, K)
-    if tree_parents is not None and any(p is not None for p in tree_parents):
-        if len(tree_parents) != num_seqs:
-            raise ValueError(f"tree_parents must have one entry per sequence ({num_seqs}), got {len(tree_parents)}")
-        positions = positions.clone()
+    slots = [t[p // block_size] * block_size + p % block_size
+             for t, s, q in zip(block_tables, start_positions, query_lens) for p in range(s, s + q)]
+    positions = [p for s, q in zip(start_positions, query_lens) for p in range(s, s + q)]
+    ancestors: list[tuple[int, torch.Tensor]] = []                                 # (sequence, (q, q) bool)
+    if trees:
         first = 0
         for b, parents in enumerate(tree_parents):
             q, start = query_lens[b], start_positions[b]
@@ -126,14 +140,30 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                 if len(parents) != q:
                     raise ValueError(f"tree_parents[{b}] must have {q} entries (one per new token), got {len(parents)}")
                 anc = tree_ancestors(parents)                                      # (q, q) bool
-                depth = anc.sum(1) - 1                                             # (q,)
-                positions[first:first + q] = start + depth.to(device)
-                visible[b, 0, :q, start:start + q] = anc.to(device)                # prefix stays visible
+                positions[first:first + q] = (start + anc.sum(1) - 1).tolist()     # start + depth
+                ancestors.append((b, anc))
             first += q
-    mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
-    query_index = None if max_q == 1 else seq_of_token * max_q + offset
-    return AttentionMetadata(positions=positions, slot_mapping=slot_mapping, block_tables=tables,
-                             mask=mask, query_index=query_index, query_lens=list(query_lens))
+    mask = None
+    if max_q > 1 or min(ctx_lens) < max_ctx:                       # some query must not see some key
+        starts = torch.tensor(start_positions, dtype=torch.long, device=device)    # (B,)
+        query_pos = starts[:, None] + torch.arange(max_q, device=device)           # (B, Q)
+        key_pos = torch.arange(max_ctx, device=device)                             # (C,)
+        visible = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)   # (B, 1, Q, C)
+        for b, anc in ancestors:
+            q, start = query_lens[b], start_positions[b]
+            visible[b, 0, :q, start:start + q] = anc.to(device)                    # prefix stays visible
+        mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
+        if max_q == 1 and num_heads > 1:                           # decode: one mask row per head (see num_heads)
+            mask = mask.expand(num_seqs, num_heads, 1, max_ctx).contiguous()
+    query_index = None
+    if min(query_lens) < max_q:                                    # ragged: scatter into (B, Q) rows
+        query_index = torch.tensor([b * max_q + i for b, q in enumerate(query_lens) for i in range(q)],
+                                   dtype=torch.long, device=device)
+    return AttentionMetadata(positions=torch.tensor(positions, dtype=torch.long, device=device),
+                             slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+                             block_tables=torch.tensor(padded, dtype=torch.long, device=device),
+                             mask=mask, query_index=query_index, query_lens=list(query_lens),
+                             context_lens=ctx_lens)
 
 
 def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
@@ -175,17 +205,28 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapp
     flat[1].index_copy_(0, slot_mapping, v)
 
 
-def gather_kv(kv_cache: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_kv(kv_cache: torch.Tensor, block_tables: torch.Tensor,
+              num_slots: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's keys and values, read whole blocks at a time through its block table.
 
+    One ``index_select`` copies the blocks (the only copy); the rest are views: the result
+    has SDPA's ``(B, H, K, D)`` shape with strides that step over the heads of a slot, which
+    ``scaled_dot_product_attention`` reads as they are (a ``.contiguous()`` would only add a
+    second copy).
+
+    Args:
+        kv_cache: one layer's cache ``(2, num_blocks, block_size, H, D)``.
+        block_tables: ``(B, max_blocks)`` block ids.
+        num_slots: keep only the first ``num_slots`` key slots (the longest context); default all.
+
     Returns:
-        ``K, V`` of shape ``(B, H, max_blocks·block_size, D)``; slots past a sequence's length
-        hold other data and must be masked.
+        ``K, V`` of shape ``(B, H, K, D)``, ``K = num_slots`` or ``max_blocks·block_size``;
+        slots past a sequence's length hold other data and must be masked.
     """
     _, _, block_size, heads, dim = kv_cache.shape
     num_seqs, max_blocks = block_tables.shape
-    kv = kv_cache.index_select(1, block_tables.reshape(-1))             # (2, B·max_blocks, bs, H, D)
-    kv = kv.view(2, num_seqs, max_blocks * block_size, heads, dim).transpose(2, 3)   # (2, B, H, K, D)
+    kv = kv_cache.index_select(1, block_tables.reshape(-1))             # (2, B·max_blocks, bs, H, D): the copy
+    kv = kv.view(2, num_seqs, max_blocks * block_size, heads, dim)[:, :, :num_slots].transpose(2, 3)  # (2, B, H, K, D)
     return kv[0], kv[1]
 
 
@@ -205,10 +246,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
     """
     _, heads, dim = q.shape
     write_kv(kv_cache, k, v, meta.slot_mapping)
-    keys, values = gather_kv(kv_cache, meta.block_tables)              # (B, H, K, D) each
+    keys, values = gather_kv(kv_cache, meta.block_tables, meta.max_context_len)   # (B, H, C, D) each
     num_seqs, max_q = meta.num_seqs, meta.max_query_len
-    if meta.query_index is None:                                       # decode only: one row each
-        queries = q.view(num_seqs, 1, heads, dim)
+    if meta.query_index is None:                                       # every sequence has Q rows already
+        queries = q.view(num_seqs, max_q, heads, dim)
     else:                                                              # scatter into (B, Q) rows
         queries = q.new_zeros(num_seqs * max_q, heads, dim).index_copy_(0, meta.query_index, q)
         queries = queries.view(num_seqs, max_q, heads, dim)

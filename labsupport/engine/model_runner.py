@@ -16,6 +16,7 @@ several new tokens per sequence and returns the logits of every one.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -145,17 +146,18 @@ class ModelRunner:
         if max(ends) > self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got a sequence of {max(ends)} tokens")
         self._check_blocks("block_tables", [b for t in block_tables for b in t], self.num_blocks)
+        ids = [t for seq in token_ids for t in seq]
+        if min(ids) < 0 or max(ids) >= self.vocab_size:                      # checked on the list: no tensor ops
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
-                              tree_parents=tree_parents)
-        flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=self.device)
-        if flat.min() < 0 or flat.max() >= self.vocab_size:
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {flat.min().item()}..{flat.max().item()}")
+                              tree_parents=tree_parents, num_heads=self.num_heads)
+        flat = torch.tensor(ids, dtype=torch.long, device=self.device)
         hidden = self.hidden_states(flat, meta)                                   # (N, E)
-        if not all_logits:
-            last = torch.cumsum(torch.tensor(query_lens, device=self.device), 0) - 1
-            hidden = hidden.index_select(0, last)                                 # (B, E)
+        if not all_logits and len(ids) > len(query_lens):                     # pure decode: already one row each
+            last = list(itertools.accumulate(query_lens, initial=-1))[1:]
+            hidden = hidden.index_select(0, torch.tensor(last, device=self.device))   # (B, E)
         self.num_forwards += 1
-        self.num_token_forwards += len(flat)
+        self.num_token_forwards += len(ids)
         hidden = F.layer_norm(hidden, hidden.shape[-1:], *self.ln_f, eps=self.eps)
         return F.linear(hidden, self.lm_head).float()
 
@@ -184,6 +186,8 @@ class ModelRunner:
     # ------------------------------------------------------------------ moving blocks
     @staticmethod
     def _check_blocks(name: str, ids: Sequence[int], num_blocks: int) -> None:
+        if all(type(b) is int and 0 <= b < num_blocks for b in ids):     # the common case, without is_int's isinstance
+            return
         bad = [b for b in ids if not (is_int(b) and 0 <= b < num_blocks)]
         if bad:
             raise ValueError(f"{name} must hold block ids in [0, {num_blocks}), got {bad[0]!r}")
@@ -192,7 +196,6 @@ class ModelRunner:
         self._check_blocks(f"{name} (source blocks)", [p[0] for p in pairs], src_blocks)
         self._check_blocks(f"{name} (destination blocks)", [p[1] for p in pairs], dst_blocks)
 
-    @torch.inference_mode()
     def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
         """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V.
 
@@ -200,13 +203,14 @@ class ModelRunner:
             ValueError: a block id outside the pool.
         """
         pairs = list(pairs)
+        if not pairs:                         # most steps copy nothing: return before entering inference mode
+            return
         self._check_pairs("pairs", pairs, self.num_blocks, self.num_blocks)
-        if pairs:
+        with torch.inference_mode():
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
             self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
 
-    @torch.inference_mode()
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
         """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
 
@@ -217,13 +221,13 @@ class ModelRunner:
         if not pairs:
             return
         self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
-        if self.cpu_cache is None:
-            self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
-        src = torch.tensor([s for s, _ in pairs], device=self.device)
-        dst = torch.tensor([d for _, d in pairs])
-        self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
+        with torch.inference_mode():          # entered only when there is something to move
+            if self.cpu_cache is None:
+                self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
+            src = torch.tensor([s for s, _ in pairs], device=self.device)
+            dst = torch.tensor([d for _, d in pairs])
+            self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
 
-    @torch.inference_mode()
     def swap_in(self, mapping: Mapping[int, int]) -> None:
         """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
 
@@ -235,9 +239,10 @@ class ModelRunner:
         self._check_pairs("mapping", list(mapping.items()), self.num_cpu_blocks, self.num_blocks)
         if self.cpu_cache is None:
             raise ValueError("mapping names CPU blocks, but nothing was swapped out yet (the CPU cache is empty)")
-        src = torch.tensor(list(mapping.keys()))
-        dst = torch.tensor(list(mapping.values()), device=self.device)
-        self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
+        with torch.inference_mode():          # entered only when there is something to move
+            src = torch.tensor(list(mapping.keys()))
+            dst = torch.tensor(list(mapping.values()), device=self.device)
+            self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
 
     # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
     def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:

@@ -26,7 +26,13 @@ def sample_rows(logits: torch.Tensor,
     Returns:
         the token ids, in the order of ``rows``.
     """
+    if not rows:
+        return []
     index = [r[0] for r in rows]                       # which logits row each entry reads
+    no_masks = allowed is None or all(m is None for m in allowed)
+    if no_masks and all(r[1].is_plain_greedy for r in rows):   # the common fast path: one arg-max, one list
+        picked = logits if index == list(range(logits.shape[0])) else logits[index]
+        return picked.argmax(dim=-1).tolist()
     if allowed is not None and any(m is not None for m in allowed):
         from ..structured import apply_structured_mask
         logits = logits[index]                         # one row per entry: each has its own mask

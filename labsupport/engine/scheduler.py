@@ -194,9 +194,11 @@ class Scheduler:
                 kept.append(seq)
                 continue
             if bm.num_tokens(seq.seq_id) < seq.num_tokens:      # decode: the newest token needs a slot
-                while not bm.can_append(seq.seq_id) and queue:
+                fits = bm.can_append(seq.seq_id)                # asked once per change, not twice a step
+                while not fits and queue:
                     self._preempt(queue.pop(), out)             # the youngest gives way
-                if not bm.can_append(seq.seq_id):
+                    fits = bm.can_append(seq.seq_id)
+                if not fits:
                     self._preempt(seq, out)
                     continue
                 block, _, copied_from = bm.append_slot(seq.seq_id, seq.token_ids[-1])

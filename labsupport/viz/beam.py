@@ -59,19 +59,69 @@ def _layout_positions(result: BeamSearchResult, shown: Sequence[int]) -> dict[in
     return pos
 
 
+#: Pixel sizes the tree's layout plans with (plotly draws text in the page's sans-serif font).
+LABEL_FONTS = (15, 14, 13, 12, 11)     # label font sizes tried, largest first
+MARGIN = {"l": 30, "r": 10, "t": 100, "b": 60}
+ROW_PX = 34                            # vertical pixels per node in the fullest column
+MARKER_GAP_PX = 20                     # a label starts right of its marker and ends before the next column's
+
+
+def text_width_px(text: str, size: float) -> float:
+    """A generous estimate of ``text``'s width in pixels at font ``size``: 0.6 em per ASCII
+    character (0.75 for capitals), 1 em for any other (``␣``, ``⏎`` and non-Latin glyphs come
+    from wider fallback fonts). Measured in Chromium, real labels are 65-95 % of it."""
+    return sum(0.75 if ch.isupper() and ord(ch) < 128 else 0.6 if ord(ch) < 128 else 1.0 for ch in text) * size
+
+
+def _shorten(text: str, room_px: float, size: float) -> str:
+    """``text``, or its longest prefix + ``…`` that fits in ``room_px`` at font ``size``."""
+    if text_width_px(text, size) <= room_px:
+        return text
+    while text and text_width_px(text + "…", size) > room_px:
+        text = text[:-1]
+    return text + "…" if text else ""
+
+
+def _plan_labels(depth: int, interior: Sequence[tuple[str, str]], last: Sequence[str], width: int) -> dict:
+    """Choose the x range, the label font and each label's text so no label runs into the next column.
+
+    ``interior``: (token, "token (number)") per labelled node before the last column; ``last``: the
+    last column's labels (they get the room right of it). Returns pixels per depth step, the x
+    range, the font size and the label texts.
+    """
+    plot_px = width - MARGIN["l"] - MARGIN["r"]
+    left = 12.0                                                     # the root's marker
+    # with the numbers at a readable size if they fit, else tokens only, the font shrinking
+    tries = [(size, True) for size in LABEL_FONTS if size >= 13] + [(size, False) for size in LABEL_FONTS]
+    for size, numbers in tries:
+        tail = max((text_width_px(t, size) for t in last), default=0.0) + MARKER_GAP_PX
+        step = (plot_px - left - tail) / max(depth, 1)
+        room = step - MARKER_GAP_PX
+        if all(text_width_px(full if numbers else tok, size) <= room for tok, full in interior):
+            break
+    texts = [full if numbers else _shorten(tok, room, size) for tok, full in interior]
+    return {"step_px": step, "x_range": [-left / step, depth + tail / step], "size": size, "texts": texts}
+
+
 def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str | None = None,
                      prompt_label: str = "prompt", width: int | None = None) -> go.Figure:
     """The search tree: nodes are partial hypotheses labelled with their token and cumulative log₂ p.
 
     Live beams are blue, pruned candidates faded grey, finished hypotheses green squares (EOS)
-    or diamonds (length limit), the best hypothesis's path bold red.
+    or diamonds (length limit), the best hypothesis's path bold red. Labels are planned for the
+    figure's width so none runs into the next column: the font shrinks (15 → 11 px) as the tree
+    deepens, the cumulative log₂ p is dropped from the label when it does not fit (the last
+    column always shows it), a long token is shortened with ``…``; hovering a node shows its
+    full token and numbers.
 
     Args:
         result: a :class:`~labsupport.beam.BeamSearchResult`.
         max_children: children drawn per expanded beam besides the kept/finished ones (≥ 1).
         title: figure title (default: width, α and the best text).
-        prompt_label: label of the root node (its last 16 characters are shown).
-        width: figure width in pixels (default: the container's).
+        prompt_label: the prompt's text, shown when hovering the root (its last 40 characters);
+            the root's tick on the depth axis reads "prompt".
+        width: figure width in pixels (default: the container's; the labels are then planned
+            for 940 px).
 
     Raises:
         TypeError: a count that is not an integer.
@@ -82,6 +132,8 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
     pos = _layout_positions(result, shown)
     best = set(result.path(result.best.node_id)) if result.hypotheses else set()
     nodes = result.nodes
+    depth = max((nodes[i].depth for i in shown), default=0)
+    rows = max((sum(1 for i in shown if nodes[i].depth == d) for d in range(depth + 1)), default=1)
 
     def edges(ids):
         xs, ys = [], []
@@ -98,9 +150,14 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
         groups["finished" if status == "finished" else "beam" if status == "kept" else "pruned"].append(i)
     best_edges = [i for i in shown[1:] if i in best]
 
-    def label(i, numbers=True):
-        node = nodes[i]
-        return f"{display_text(node.token)} ({node.cum_log2:.1f})" if numbers else display_text(node.token)
+    def full(i):
+        return f"{display_text(nodes[i].token)} ({nodes[i].cum_log2:.1f})"
+
+    labelled = groups["beam"] + groups["finished"]
+    interior = [i for i in labelled if nodes[i].depth < depth]
+    plan = _plan_labels(depth, [(display_text(nodes[i].token), full(i)) for i in interior],
+                        [full(i) for i in labelled if nodes[i].depth == depth], width or 940)
+    text_of = dict(zip(interior, plan["texts"])) | {i: full(i) for i in labelled if nodes[i].depth == depth}
 
     def hover(i):
         node = nodes[i]
@@ -126,26 +183,25 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
         line_w = [4 if i in best else 1 for i in ids]
         fig.add_trace(go.Scatter(
             x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", name=name,
-            opacity=opacity, text=["" if name == "pruned" else label(i) for i in ids], textposition="middle right",
-            textfont={"size": 16, "color": "#111111"},
+            opacity=opacity, text=["" if name == "pruned" else text_of[i] for i in ids], textposition="middle right",
+            textfont={"size": plan["size"], "color": "#111111"},
             hovertext=[hover(i) for i in ids], hoverinfo="text",
             marker={"size": 13 if name != "pruned" else 9, "color": colour, "symbol": symbols,
                         "line": {"color": [COLOURS["best"] if i in best else "white" for i in ids], "width": line_w}}))
-    short = prompt_label if len(prompt_label) <= 16 else "…" + prompt_label[-15:]
-    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="prompt", text=[short],
-                             textposition="top center", textfont={"size": 14}, hoverinfo="skip",
+    short = prompt_label if len(prompt_label) <= 40 else "…" + prompt_label[-39:]
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers", name="prompt", hoverinfo="text",
+                             hovertext=[f"prompt: “{display_text(short)}”"],
                              marker={"size": 15, "color": COLOURS["root"]}, showlegend=False))
-    depth = max((nodes[i].depth for i in shown), default=0)
-    rows = max((sum(1 for i in shown if nodes[i].depth == d) for d in range(depth + 1)), default=1)
     if title is None and result.hypotheses:
         b = result.best
         title = (f"Beam search, B = {result.beam_width}, α = {result.length_penalty:g}: best "
                  f"“{display_text(b.text)}” (Σ log₂ p = {b.log2prob:.1f}, score Σ ln p / len^α = {b.score:.2f})")
     fig.update_layout(title={"text": title, "font": {"size": 17}}, font=FONT, template="plotly_white",
-                      height=max(380, 34 * rows + 140), width=width, margin={"l": 40, "r": 20, "t": 100, "b": 60},
-                      legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"}, hovermode="closest")
-    fig.update_xaxes(title="generated tokens (depth)", range=[-0.5, depth + 1.3], tickvals=list(range(depth + 1)),
-                     zeroline=False)
+                      height=max(380, ROW_PX * rows + 140), width=width, margin=MARGIN,
+                      legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
+                      hovermode="closest")
+    fig.update_xaxes(title="generated tokens (depth)", range=plan["x_range"], tickvals=list(range(depth + 1)),
+                     ticktext=["prompt"] + [str(d) for d in range(1, depth + 1)], zeroline=False)
     fig.update_yaxes(visible=False, range=[-(rows / 2) - 0.5, rows / 2 + 0.5])
     return fig
 

@@ -16,6 +16,7 @@ from ..parallel.pipeline import bubble_fraction
 from ..viz.parallel import cluster_figure, pipeline_timeline_figure
 from .beam import show_figure
 from .common import panel_choice
+from .snapshot import Panel
 
 TP_DEGREES = [1, 2, 4, 8, 16]
 PP_DEGREES = [1, 2, 4, 8]
@@ -56,7 +57,7 @@ def pipeline_panel(runs: dict[int, dict]) -> widgets.VBox:
 
     slider.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([slider, text, chart])
+    return Panel([slider, text, chart])
 
 
 def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, interconnect: str = cm.NVLINK.name,
@@ -125,5 +126,5 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
     for control in (model_w, link_w, tp_w, pp_w, batch_w, ctx_w):
         control.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([model_w, link_w]), widgets.HBox([tp_w, pp_w]),
+    return Panel([widgets.HBox([model_w, link_w]), widgets.HBox([tp_w, pp_w]),
                          widgets.HBox([batch_w, ctx_w]), text, chart])

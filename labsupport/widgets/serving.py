@@ -17,6 +17,7 @@ from ..serving.cacheblend import CacheBlend
 from ..serving.tiers import TIERS, TieredKVCache, run_chat
 from ..viz.serving import blend_curve_figure, tier_figure
 from .beam import show_figure
+from .snapshot import Panel
 
 R_GRID = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -68,7 +69,7 @@ def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRI
     for w in (r_s, method, pos):
         w.observe(redraw, "value")
     redraw()
-    return W.VBox([W.HBox([r_s, method, pos]), info, out])
+    return Panel([W.HBox([r_s, method, pos]), info, out])
 
 
 def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_blocks: int = 14,
@@ -111,4 +112,4 @@ def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_bl
     for w in (pool, cpu, disk):
         w.observe(redraw, "value")
     redraw()
-    return W.VBox([W.HBox([pool, cpu, disk]), info, out])
+    return Panel([W.HBox([pool, cpu, disk]), info, out])

@@ -20,6 +20,7 @@ from labsupport.speculative.variants import VariantEngine
 from labsupport.viz.speculative_variants import token_tree_figure
 
 from .beam import show_figure
+from .snapshot import Panel
 from .speculative import _stat
 
 __all__ = ["SHAPES", "variants_panel"]
@@ -119,7 +120,7 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
     for k, w in controls.items():
         w.observe(redraw if k == "round" else update, names="value")
     update()
-    box = widgets.VBox([controls["method"], widgets.HBox([controls["shape"], controls["temperature"]]),
+    box = Panel([controls["method"], widgets.HBox([controls["shape"], controls["temperature"]]),
                         widgets.HBox([controls["gamma"], controls["layers"]]), controls["round"], stats, error,
                         figure, text])
     box.controls, box.figure, box.stats, box.error, box.update, box.state = controls, figure, stats, error, update, state

@@ -27,6 +27,7 @@ from labsupport.validation import check_int, check_real
 from labsupport.viz.structured import masked_candidates_figure, pick_candidates
 
 from .common import error_html
+from .snapshot import Panel
 from .speculative import FigureOutput
 
 _WIDE = {"description_width": "initial"}
@@ -264,7 +265,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
     row1 = widgets.HBox([controls["grammar"], controls["temperature"], controls["seed"]])
     row2 = widgets.HBox([controls[k] for k in ("sample", "complete", "undo", "reset")])
     row3 = widgets.HBox([controls["text"], controls["force_text"]])
-    box = widgets.VBox([row1, row2, output_html, stats, note, widgets.HTML("<b>candidates</b> (press to force):"),
+    box = Panel([row1, row2, output_html, stats, note, widgets.HTML("<b>candidates</b> (press to force):"),
                         chips, row3, figure])
     box.controls, box.figure, box.stats, box.note, box.chips, box.update = controls, figure, stats, note, chips, update
     box.force, box.force_text, box.sample_next, box.complete, box.reset, box.undo = (

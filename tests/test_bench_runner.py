@@ -1,0 +1,63 @@
+"""The benchmark runner and the speculative-variants measurements, on stubs and the tiny random model."""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+
+import pytest
+
+from labsupport.bench import BENCHMARKS
+from labsupport.bench import __main__ as bench_main
+from labsupport.bench import speculative_variants as variants
+from labsupport.speculative.self_spec import SelfSpecProposer
+
+
+def test_bench_all_runs_every_benchmark_once(monkeypatch):
+    """``all`` runs each benchmark once: the speculative benchmark must not also run the variants' table."""
+    calls = []
+    for name, module_name in BENCHMARKS.items():
+        module = importlib.import_module(f"labsupport.bench.{module_name}")
+        if name != "speculative":                    # speculative's own main runs, with its work stubbed
+            monkeypatch.setattr(module, "main", lambda argv, name=name: calls.append(name) or 0)
+        monkeypatch.setattr(module, "unavailable", lambda: None, raising=False)
+    spec = importlib.import_module("labsupport.bench.speculative")
+    monkeypatch.setattr("labsupport.models.load_model", lambda name, device="cpu": name)
+    monkeypatch.setattr(spec, "run_pairs", lambda *a, **k: calls.append("speculative") or {"rows": [], "costs": {}})
+    monkeypatch.setattr(spec, "run_engine", lambda *a, **k: [])
+    monkeypatch.setattr(spec, "_print_tables", lambda *a, **k: None)
+    assert bench_main.main(["all"]) == 0
+    assert sorted(calls) == sorted(BENCHMARKS), calls         # speculative-variants exactly once
+    calls.clear()
+    assert bench_main.main(["speculative"]) == 0             # alone, speculative still ends with the variants
+    assert calls == ["speculative", "speculative-variants"]
+
+
+def test_variant_speedups_and_the_batch_sweep_share_their_runs(tiny_lm, monkeypatch):
+    methods = {"plain": lambda: None, "self-spec k=1": lambda: SelfSpecProposer(1, 2)}
+    rows = variants.measure_methods(tiny_lm, methods, {"prose": "Return the number of"}, batches=(1,),
+                                    max_new_tokens=4, repeats=3)
+    row = next(r for r in rows if r.method == "self-spec k=1")
+    assert len(row.measured_runs) == 3 and all(x > 0 for x in row.measured_runs)
+    assert row.measured == statistics.median(row.measured_runs)
+    assert min(row.measured_runs) <= row.measured <= max(row.measured_runs)
+    assert "3 runs" in variants.spread(row.measured_runs) and f"{row.measured:.2f}×" in variants.spread(row.measured_runs)
+
+    batches_run = []
+    real_run = variants._run
+
+    def counting_run(target, make, prompts, params, max_new, block_size=16):
+        batches_run.append(len(prompts))
+        return real_run(target, make, prompts, params, max_new, block_size)
+
+    monkeypatch.setattr(variants, "_run", counting_run)
+    sweep = variants.batch_sweep_runs(tiny_lm, methods["self-spec k=1"], "Return the number of", batches=(1, 2),
+                                      max_new_tokens=4, repeats=2, known={1: row.measured_runs})
+    assert sweep[1] == row.measured_runs                     # batch 1 is the table's runs, not measured again
+    assert set(batches_run) == {2} and len(batches_run) == 2 * 3   # (1 warm-up + 2 repeats) x (plain, method)
+    assert len(sweep[2]) == 2
+    medians = variants.batch_sweep(tiny_lm, methods["self-spec k=1"], "Return the number of", batches=(1,),
+                                   max_new_tokens=4, repeats=1, known={1: [1.5, 0.5, 1.0]})
+    assert medians == {1: 1.0}
+    with pytest.raises(ValueError, match="repeats"):
+        variants.batch_sweep_runs(tiny_lm, methods["plain"], "Return the number of", repeats=0)

@@ -1,0 +1,93 @@
+"""Slide metadata the live deck (jupyterlab-slideshow) shows: panels and the set-up cell are on slides."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labsupport.slides import CONTINUE, HIDDEN_SLIDE_TYPES, SLIDE_TYPES, deck_slide_types
+
+ROOT = Path(__file__).resolve().parent.parent
+WIDGETS = ROOT / "labsupport" / "widgets"
+
+
+def _panel_builders() -> set[str]:
+    """Public functions of ``labsupport/widgets`` that return a panel (annotated ``...VBox`` / ``Panel``)."""
+    names = set()
+    for path in WIDGETS.glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.returns is not None:
+                if ast.unparse(node.returns).split(".")[-1] in ("VBox", "Panel"):
+                    names.add(node.name)
+    return names
+
+
+def _shows_panel(source: str, builders: set[str]) -> bool:
+    """True when the cell's last statement is a call of a panel builder (its result is the cell's output)."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    last = body[-1] if body else None
+    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+            and isinstance(last.value.func, ast.Name) and last.value.func.id in builders)
+
+
+def _chapters() -> list[Path]:
+    chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    assert chapters, "no chapters found"
+    return chapters
+
+
+def test_the_panel_builders_are_found():
+    builders = _panel_builders()
+    assert {"temperature_panel", "sampling_lab", "beam_explorer", "quiz_panel"} <= builders
+    assert "panel_int" not in builders and "error_html" not in builders
+
+
+def test_rule_maps_classic_continue_and_shows_the_setup_cell():
+    nb = nbformat.v4.new_notebook()
+    title = nbformat.v4.new_markdown_cell("# Title")
+    title.metadata["slideshow"] = {"slide_type": "slide"}
+    setup = nbformat.v4.new_code_cell("lm = setup_chapter()")
+    setup.metadata["slideshow"] = {"slide_type": "skip"}
+    panel = nbformat.v4.new_code_cell("temperature_panel(lm, 'a')")
+    panel.metadata["slideshow"] = {"slide_type": "-"}
+    bare = nbformat.v4.new_markdown_cell("no slide metadata")
+    solution = nbformat.v4.new_code_cell("# solution")
+    solution.metadata["slideshow"] = {"slide_type": "skip"}
+    nb.cells = [title, setup, panel, bare, solution]
+    deck_slide_types(nb)
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
+    assert kinds == ["slide", CONTINUE, CONTINUE, CONTINUE, "skip"]   # only the first code cell is un-skipped
+    before = nbformat.writes(nb)
+    assert nbformat.writes(deck_slide_types(nb)) == before           # idempotent
+
+
+def test_rule_rejects_an_unknown_slide_type():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_markdown_cell("x")
+    cell.metadata["slideshow"] = {"slide_type": "Slide"}
+    nb.cells = [cell]
+    with pytest.raises(ValueError, match="slide_type must be one of"):
+        deck_slide_types(nb)
+
+
+@pytest.mark.parametrize("path", _chapters(), ids=lambda p: p.stem)
+def test_chapter_slide_types_put_every_panel_and_the_setup_on_a_slide(path):
+    """jupyterlab-slideshow shows a cell only for "", slide, subslide, fragment (never "-", skip, notes)."""
+    nb = nbformat.read(path, as_version=4)
+    builders = _panel_builders()
+    kinds = [c.metadata.get("slideshow", {}).get("slide_type") for c in nb.cells]
+    assert set(kinds) <= set(SLIDE_TYPES), f"{path.name}: slide types {set(kinds) - set(SLIDE_TYPES)}"
+    code = [(c, k) for c, k in zip(nb.cells, kinds, strict=True) if c.cell_type == "code"]
+    assert code and code[0][1] not in HIDDEN_SLIDE_TYPES, f"{path.name}: the set-up cell is not on a slide"
+    panels = [(c, k) for c, k in code if _shows_panel(c.source, builders)]
+    assert panels, f"{path.name}: no panel cell found"
+    hidden = [c.source[:60] for c, k in panels if k in HIDDEN_SLIDE_TYPES]
+    assert not hidden, f"{path.name}: panels not on any slide: {hidden}"
+    fixed = deck_slide_types(nbformat.read(path, as_version=4))        # the committed form is the rule's fixed point
+    assert [c.metadata["slideshow"]["slide_type"] for c in fixed.cells] == kinds
