@@ -1,11 +1,16 @@
 """Helpers every panel shares: the red error line, the panel-range check of a starting value,
-and the guard that keeps an error inside a callback in the panel instead of the notebook."""
+the guard that keeps an error inside a callback in the panel instead of the notebook, and the
+panels' figure (:class:`FigureOutput`)."""
 
 from __future__ import annotations
 
 import functools
 import html
+import json
 from collections.abc import Callable
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
 
 from ..validation import check_int, check_real, is_int
 
@@ -79,3 +84,41 @@ def guarded(report: Callable[[str], None]) -> Callable[[Callable], Callable]:
             return result
         return run
     return wrap
+
+
+_PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+class FigureOutput(widgets.Output):
+    """A panel's figure: an ``ipywidgets.Output`` showing one plotly figure, redrawn whole by :meth:`show`.
+
+    Not a ``go.FigureWidget``: that one (plotly 7 on anywidget 0.11) is an ES module of 5 MB loaded
+    per widget, and when loading it takes over 2 s (a busy browser), anywidget drops every later
+    message to the widget, its first data and layout included: the figure stays empty axes, through
+    every slider move. A plain plotly output is drawn by JupyterLab's plotly renderer instead.
+    ``width`` (px, fixed; a figure's own width wins): an output drawn off screen (a slide not
+    shown) cannot measure its container. ``data`` and ``layout`` are those of the figure shown last.
+    """
+
+    def __init__(self, figure: go.Figure | None = None, *, width: int | None = 950, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.width = width
+        self.figure = go.Figure()
+        if figure is not None:
+            self.show(figure)
+
+    def show(self, figure: go.Figure) -> None:
+        """Show ``figure`` (at the fixed width) instead of the one shown before."""
+        if self.width is not None and figure.layout.width is None:
+            figure.update_layout(width=self.width, autosize=False)
+        self.figure = figure
+        bundle = {_PLOTLY_MIME: json.loads(figure.to_json()), "text/plain": f"<plotly figure: {figure.layout.title.text}>"}
+        self.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+
+    @property
+    def data(self):
+        return self.figure.data
+
+    @property
+    def layout(self):
+        return self.figure.layout

@@ -1,13 +1,13 @@
 """Panels of chapter 01 (sampling): the temperature panel and the sampling lab.
 
 Thin wiring only: sliders → ``labsupport.sampling`` / ``labsupport.generation`` → a figure
-from ``labsupport.viz.sampling`` shown as a ``go.FigureWidget`` whose traces are updated in
-place. Each panel computes its first state when it is built (so it shows something even
+from ``labsupport.viz.sampling`` shown in a ``FigureOutput`` (``widgets.common``), redrawn whole
+on every change. Each panel computes its first state when it is built (so it shows something even
 where callbacks never run, e.g. under nbval) and returns an ``ipywidgets.VBox`` that also
 carries, for tests and for curious students:
 
 * ``panel.controls`` – dict of the input widgets by name,
-* ``panel.figure`` – the ``go.FigureWidget``,
+* ``panel.figure`` – the ``FigureOutput`` (its ``data`` / ``layout``: the figure shown),
 * ``panel.update()`` – recompute everything from the current control values,
 * ``panel.cache`` – the next-token cache (``.forwards`` counts model forwards).
 
@@ -21,7 +21,6 @@ import html
 from collections import Counter
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import torch
 from IPython.display import HTML
 
@@ -37,7 +36,7 @@ from labsupport.sampling import (
 )
 from labsupport.validation import check_int, check_real
 from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
-from labsupport.widgets.common import error_html, panel_int, panel_real
+from labsupport.widgets.common import FigureOutput, error_html, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
@@ -77,20 +76,6 @@ class NextTokenCache:
         return self._value
 
 
-def _refresh(figure: go.FigureWidget, fresh: go.Figure) -> None:
-    """Copy ``x``, ``y`` and ``text`` of every trace of ``fresh`` into ``figure``, one message per trace.
-
-    Not one ``batch_update`` over all traces: for a property that changed on some traces only,
-    plotly sends an ``"_undefined_"`` placeholder for the others, which its browser side (plotly
-    6–7) stores as data before the figure is first drawn (bars then jump to their index).
-    """
-    for old, new in zip(figure.data, fresh.data):
-        changes = {"x": new.x, "y": new.y}
-        if new.text is not None:
-            changes["text"] = new.text
-        old.update(changes)
-
-
 def _labels(lm: LoadedModel, ids: list[int]) -> list[str]:
     return unique_labels([lm.token_str(i) for i in ids])
 
@@ -99,19 +84,6 @@ def _labels(lm: LoadedModel, ids: list[int]) -> list[str]:
 def _stat(name: str, value: str) -> str:
     return (f"<div style='display:inline-block;margin:0 22px 6px 0'><div style='font-size:14px;color:#555'>"
             f"{name}</div><div style='font-size:22px;font-weight:600'>{value}</div></div>")
-
-
-def _set_token_axis(figure: go.FigureWidget, fresh: go.Figure) -> None:
-    """Give ``figure`` the token labels of ``fresh`` (tick positions/labels of both y axes, hover text)."""
-    with figure.batch_update():
-        for name in ("yaxis", "yaxis2"):
-            axis = fresh.layout[name] if name in fresh.layout else None  # noqa: SIM401 - a Layout has no .get
-            if axis is not None and axis.ticktext is not None and name in figure.layout:
-                figure.layout[name].tickvals = list(axis.tickvals)
-                figure.layout[name].ticktext = list(axis.ticktext)
-    for old, new in zip(figure.data, fresh.data):
-        if new.customdata is not None:
-            old.customdata = list(new.customdata)
 
 
 EDIT_RANGE = 50.0           # the edit sliders span [−50, 50]: fixed, so the browser never re-clamps a value
@@ -171,7 +143,7 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     edit_box = widgets.HBox(edit_sliders, layout=widgets.Layout(flex_flow="row wrap", display="none"))
     stats = widgets.HTML()
     state = {"offset": 0.0, "edit_ids": None, "edit_prompt": None, "busy": False}
-    figure = go.FigureWidget(distribution_figure(["…"] * top_n, [0.0] * top_n, [0.0] * top_n))
+    figure = FigureOutput()                         # drawn by update() below
 
     def load_edit_set(ids_logits) -> None:
         """Start the edit sliders at the model's logits of its ``edit_n`` most likely candidates."""
@@ -225,11 +197,10 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
             labels = _labels(lm, top)
             fresh = distribution_figure([labels[k] for k in order], [bars_z[k] for k in order],
                                         [bars_p[k] for k in order])
-            _refresh(figure, fresh)
-            _set_token_axis(figure, fresh)
-            figure.layout.yaxis.title.text = (f"{edit_n} candidates (edited)" if editing else f"top {top_n} next tokens")
-            figure.layout.xaxis2.title.text = f"probability p at T = {t:g}" + (" (greedy)" if t == 0 else "")
-            figure.layout.title.text = f"Next token after “{html.escape(prompt_box.value[-40:])}”"
+            fresh.layout.yaxis.title.text = (f"{edit_n} candidates (edited)" if editing else f"top {top_n} next tokens")
+            fresh.layout.xaxis2.title.text = f"probability p at T = {t:g}" + (" (greedy)" if t == 0 else "")
+            fresh.layout.title.text = f"Next token after “{html.escape(prompt_box.value[-40:])}”"
+            figure.show(fresh)
             h = max(0.0, float(entropy_bits(p)))
             parts = [_stat("max probability", f"{100 * float(p.max()):.1f} %"),
                      _stat(f"entropy H ({scope})", f"{h:.2f} bits"),
@@ -354,7 +325,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
     stats = widgets.HTML()
     continuation = widgets.HTML()
     output = widgets.Output(layout=widgets.Layout(max_height="420px", overflow="auto"))
-    figure = go.FigureWidget(filter_figure(["…"] * top_n, [0.0] * top_n, [0.0] * top_n, [""] * top_n))
+    figure = FigureOutput()                         # drawn by update() below
 
     def params() -> SamplingParams:
         c = controls
@@ -376,8 +347,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         top = torch.topk(trace.base_probs, top_n).indices.tolist()
         fresh = filter_figure(_labels(lm, top), trace.base_probs[top].tolist(),
                               trace.final_probs[top].tolist(), [trace.reason[i] for i in top])
-        _refresh(figure, fresh)
-        _set_token_axis(figure, fresh)
+        figure.show(fresh)
         cut = Counter(r for r in trace.reason if r)
         cut_text = ", ".join(f"{n:,} by {name}" for name, n in cut.items()) or "none"
         stats.value = (_stat("candidates kept", f"{trace.num_kept:,} of {len(trace.reason):,}")

@@ -30,8 +30,7 @@ from labsupport.speculative import (
     speedup,
 )
 from labsupport.viz.speculative import rounds_figure, speedup_curve_figure
-from labsupport.widgets.beam import show_figure
-from labsupport.widgets.common import guarded, panel_int, panel_real
+from labsupport.widgets.common import FigureOutput, guarded, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
 _WIDE = {"description_width": "initial"}
@@ -40,32 +39,6 @@ _WIDE = {"description_width": "initial"}
 def _stat(name: str, value: str) -> str:
     return (f"<div style='display:inline-block;margin:0 22px 6px 0'><div style='font-size:14px;color:#555'>"
             f"{name}</div><div style='font-size:20px;font-weight:600'>{value}</div></div>")
-
-
-class FigureOutput(widgets.Output):
-    """An ``ipywidgets.Output`` showing one plotly figure, redrawn whole by :meth:`show`.
-
-    Not a ``go.FigureWidget`` updated in place: in JupyterLab those rendered as empty axes in the
-    browser check of chapter 06 (now one panel, now the other) and stayed blank. ``data`` and
-    ``layout`` are those of the figure shown last (what a test reads).
-    """
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.figure = go.Figure()
-
-    def show(self, figure: go.Figure) -> None:
-        """Show ``figure`` instead of the one shown before."""
-        self.figure = figure
-        show_figure(self, figure)
-
-    @property
-    def data(self):
-        return self.figure.data
-
-    @property
-    def layout(self):
-        return self.figure.layout
 
 
 def _copy_figure(target: FigureOutput, new: go.Figure) -> None:
