@@ -67,3 +67,27 @@ def test_figure_output_keeps_a_fixed_width_unless_the_figure_has_one():
     assert out.layout.width == 700 and out.outputs[0]["data"][_MIME]["layout"]["width"] == 700
     out.show(go.Figure(go.Scatter(x=[0]), layout={"width": 500, "title": "b"}))
     assert out.outputs[0]["data"][_MIME]["layout"]["width"] == 500 and out.layout.title.text == "b"
+
+
+def test_batching_and_paged_panels_draw_plain_outputs():
+    from labsupport.sim.fragmentation import Workload
+    from labsupport.widgets.batching import batching_lab, disaggregation_lab, step_time_lab
+    from labsupport.widgets.paged import fragmentation_lab
+
+    st = step_time_lab()
+    (fig,) = assert_drawn(st)
+    st.children[0].children[1].value = 1.0                                  # K (GB/request)
+    (moved,) = assert_drawn(st)
+    assert moved["data"][0]["y"] != fig["data"][0]["y"]                     # the step-time curve was redrawn
+    bl = batching_lab(num_requests=16)
+    (fig,) = assert_drawn(bl)
+    bl.children[0].children[0].children[1].value = 16                       # batch size
+    (moved,) = assert_drawn(bl)
+    assert moved["layout"]["height"] > fig["layout"]["height"]              # more slots, a taller chart
+    assert_drawn(disaggregation_lab(num_requests=20))
+    lab = fragmentation_lab(Workload(num_steps=30))
+    grid, line = assert_drawn(lab, 2)
+    lab.children[0].children[1].children[0].children[1].value = 3          # the step slider
+    grid3, line3 = assert_drawn(lab, 2)
+    assert "step 3" in grid3["layout"]["title"]["text"] and grid3["data"][1]["z"] != grid["data"][1]["z"]
+    assert line3["layout"]["shapes"][0]["x0"] == 3

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import ipywidgets as W
-import numpy as np
-import plotly.graph_objects as go
 
 from labsupport.widgets.snapshot import Panel
 
@@ -24,15 +22,7 @@ from ..viz.batching import (
     step_time_figure,
 )
 from .beam import show_figure
-from .common import guarded, panel_int, panel_real
-
-
-def _figure_widget(fig: go.Figure, width: int = 950) -> go.FigureWidget:
-    """A FigureWidget of fixed width: one created while its cell is off screen otherwise renders blank
-    or narrow in JupyterLab (it cannot measure a hidden container)."""
-    fig.update_layout(width=width, autosize=False)
-    return go.FigureWidget(fig)
-
+from .common import FigureOutput, guarded, panel_int, panel_real
 
 
 def _slider(s: W.Widget, width: str = "420px") -> W.Widget:
@@ -69,22 +59,14 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
         tps = [decode_throughput(w, bw, b, k) for b in batches]
         return ms, tps, throughput_ceiling(k, bw)
 
-    ms, tps, ceil = data()
-    fig = _figure_widget(step_time_figure(batches, ms, tps, ceiling=ceil, marks=(1, 64, 240)))
+    fig = FigureOutput()
     info = W.HTML()
     error = W.HTML()
 
     @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         ms, tps, ceil = data()
-        with fig.batch_update():
-            fig.data[0].y, fig.data[1].y = ms, tps
-            for i, b in enumerate((1, 64, 240)):
-                fig.data[2 + 2 * i].y, fig.data[2 + 2 * i].text = [ms[b - 1]], [f"{ms[b - 1]:.1f} ms"]
-                fig.data[3 + 2 * i].y, fig.data[3 + 2 * i].text = [tps[b - 1]], [f"{tps[b - 1]:,.0f}"]
-            fig.layout.shapes[0].y0 = fig.layout.shapes[0].y1 = ceil
-            fig.layout.annotations[-1].text = f"BW/K ≈ {ceil:,.0f} tok/s"
-            fig.layout.annotations[-1].y = ceil
+        fig.show(step_time_figure(batches, ms, tps, ceiling=ceil, marks=(1, 64, 240)))
         info.value = _text(f"t(1) = {ms[0]:.2f} ms, t(64) = {ms[63]:.2f} ms → throughput ×{tps[63] / tps[0]:.1f}; "
                            f"ceiling BW/K = {ceil:,.0f} tokens/s")
 
@@ -97,15 +79,6 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
 
 
 # ----------------------------------------------------------------------------- static vs continuous
-
-def _gantt_traces(run):
-    segs = run.segments
-    lens = run.output_lens
-    thr = float(np.median(lens))
-    colours = ["#ff7f0e" if lens[s.request_id] > thr else "#1f77b4" for s in segs]
-    hover = [f"request {s.request_id}: steps {s.start}–{s.end - 1}, {lens[s.request_id]} tokens" for s in segs]
-    return ([s.slot for s in segs], [s.end - s.start for s in segs], [s.start for s in segs], colours, hover)
-
 
 def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 225, spread: float = 7 / 9,
                  seed: int = 0) -> W.VBox:
@@ -139,24 +112,16 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
         lens = [short if i % 2 == 0 else long for i in range(nreq.value)]
         return lens, {p: simulate_batching(lens, bsz.value, p) for p in ("static", "continuous")}
 
-    lens, rs = runs()
-    panels = {f"{p} batching": r.segments for p, r in rs.items()}
-    fig = _figure_widget(slot_gantt_figure(panels, batch_size=bsz.value, lengths=dict(enumerate(lens)),
-                                            num_steps={f"{p} batching": r.num_steps for p, r in rs.items()},
-                                            title="Slots over time (blue = short request, orange = long, grey = idle)"))
+    fig = FigureOutput()
 
     @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
         lens, rs = runs()
         b = bsz.value
-        with fig.batch_update():
-            for i, (p, r) in enumerate(rs.items()):
-                bg, fg = fig.data[2 * i], fig.data[2 * i + 1]
-                bg.y, bg.x, bg.base = list(range(b)), [r.num_steps] * b, [0] * b
-                y, x, base, colours, hover = _gantt_traces(r)
-                fg.y, fg.x, fg.base, fg.hovertext = y, x, base, hover
-                fg.marker.color = colours
-            fig.layout.height = 120 + 2 * max(180, 22 * b + 80)            # as slot_gantt_figure sizes it
+        fig.show(slot_gantt_figure({f"{p} batching": r.segments for p, r in rs.items()}, batch_size=b,
+                                   lengths=dict(enumerate(lens)),
+                                   num_steps={f"{p} batching": r.num_steps for p, r in rs.items()},
+                                   title="Slots over time (blue = short request, orange = long, grey = idle)"))
         st, co = rs["static"], rs["continuous"]
         rep = batching_report(lens, b)
         short, long = spread_lengths(mean_len, spread_s.value)
@@ -270,18 +235,13 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
         reqs = poisson_requests(rate_s.value, num_requests, [256, long_s.value], 128, seed=seed)
         return {names[p]: latency_stats(simulate(reqs, p, chunk=chunk_s.value)) for p in names}
 
-    r = rows()
-    fig = _figure_widget(latency_summary_figure(r, "Latency on two H100s (Llama 3 8B cost model)"))
-
+    title = "Latency on two H100s (Llama 3 8B cost model)"
+    fig = FigureOutput(latency_summary_figure(rows(), title))
     error = W.HTML()
 
     @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_=None) -> None:
-        r = rows()
-        with fig.batch_update():
-            for i, stats in enumerate(r.values()):
-                fig.data[i].y = list(stats.values())
-                fig.data[i].text = [f"{v:.1f}" if v < 10 else f"{v:.0f}" for v in stats.values()]
+        fig.show(latency_summary_figure(rows(), title))
 
     for s in (rate_s, long_s, chunk_s):
         s.observe(redraw, "value")
