@@ -1,6 +1,6 @@
 """Open chapters in real JupyterLab in headless Chromium, run all cells, operate every control.
 
-    python3 tests/browser_check.py chapters/01_sampling.ipynb [...] --out /tmp/shots [--repeat 2]
+    .venv/bin/python tests/browser_check.py chapters/01_sampling.ipynb [...] --out /tmp/shots [--repeat 2]
 
 Needs Debian's ``chromium`` (``apt-get install chromium``) and the Python package
 ``playwright`` in the interpreter that runs this script (never ``playwright install``: the
