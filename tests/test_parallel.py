@@ -305,6 +305,10 @@ def test_figures_and_panels_build():
     assert "#d62728" in text.value and "does not divide" in text.value
     panel.children[1].children[0].value = 4
     assert "GPU(s)" in text.value                                   # the panel keeps working
+    panel.children[1].children[1].value = 8                         # PP 8 > tiny's 4 layers: said, not clamped
+    assert "#d62728" in text.value and "at most 4" in text.value
+    panel.children[1].children[1].value = 4
+    assert "GPU(s)" in text.value and "PP 4" in str(panel.children[4].outputs)
     with pytest.raises(ValueError):
         cluster_panel("no such model")
 

@@ -90,8 +90,11 @@ def kv_cells_figure(prompt_len: int, new_tokens: int, step: int) -> go.Figure:
     this_cache = kv.kv_step_cells(prompt_len, step, True)[1]
     label = "prefill" if step == 0 else f"decode step {step}"
     fig.add_vline(x=prompt_len - 0.5, line={"dash": "dot", "color": "#555555"})
-    fig.update_layout(title={"text": f"{label}: {this_none} positions computed without a cache, "
-                                      f"{this_cache} with it", "font": {"size": 17}},
+    def positions(n: int) -> str:
+        return f"{n} position{'' if n == 1 else 's'}"
+
+    fig.update_layout(title={"text": f"{label}: {positions(this_none)} computed without a cache, "
+                                      f"{positions(this_cache)} with it", "font": {"size": 17}},
                       font=FONT, template="plotly_white", height=260, margin={"l": 110, "t": 60, "b": 50},
                       legend={"orientation": "h", "y": -0.35})
     fig.update_yaxes(tickvals=[0, 1], ticktext=["KV cache", "no cache"], range=[-0.7, 1.7])

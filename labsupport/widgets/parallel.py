@@ -100,7 +100,10 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
             calibrated = calibration is not None and model_w.value == calibration["name"]
             gpu = calibration["gpu"] if calibrated else cm.H100
             link = links[link_w.value]
-            pp_value = min(pp_w.value, shape.n_layers)
+            if pp_w.value > shape.n_layers:             # one stage needs at least one layer: say so, never clamp
+                raise ValueError(f"PP degree {pp_w.value} needs at least {pp_w.value} layers; {shape.name} has "
+                                 f"{shape.n_layers}: choose a PP degree of at most {shape.n_layers}")
+            pp_value = pp_w.value
             rows = [cm.decode_step(shape, t, pp_value, batch_w.value, ctx_w.value, link, gpu,
                                    weight_dtype="fp32" if calibrated else "bf16",
                                    kv_dtype="fp32" if calibrated else "fp16",
