@@ -36,7 +36,7 @@ from nbstripout import strip_output
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:                     # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
-from labsupport.slides import deck_slide_types  # noqa: E402
+from labsupport.slides import deck_slide_types
 
 MARK = "NBVAL_CHECK_OUTPUT"
 

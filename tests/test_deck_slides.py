@@ -19,9 +19,9 @@ def _panel_builders() -> set[str]:
     names = set()
     for path in WIDGETS.glob("*.py"):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.returns is not None:
-                if ast.unparse(node.returns).split(".")[-1] in ("VBox", "Panel"):
-                    names.add(node.name)
+            if (isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.returns is not None
+                    and ast.unparse(node.returns).split(".")[-1] in ("VBox", "Panel")):
+                names.add(node.name)
     return names
 
 

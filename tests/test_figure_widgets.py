@@ -86,7 +86,7 @@ def test_batching_and_paged_panels_draw_plain_outputs():
     assert moved["layout"]["height"] > fig["layout"]["height"]              # more slots, a taller chart
     assert_drawn(disaggregation_lab(num_requests=20))
     lab = fragmentation_lab(Workload(num_steps=30))
-    grid, line = assert_drawn(lab, 2)
+    grid, _ = assert_drawn(lab, 2)
     lab.children[0].children[1].children[0].children[1].value = 3          # the step slider
     grid3, line3 = assert_drawn(lab, 2)
     assert "step 3" in grid3["layout"]["title"]["text"] and grid3["data"][1]["z"] != grid["data"][1]["z"]

@@ -92,7 +92,7 @@ def test_beam_tree_labels_never_overlap_at_the_panels_largest_settings(tiny_lm, 
             assert not (l1 < cx + radius and cx - radius < r1 and t1 < cy + radius and cy - radius < b1), (text, cx, cy)
     root = next(t for t in fig.data if t.name == "prompt")
     assert fig.layout.xaxis.range[0] < root.x[0] and "Return the number of" in root.hovertext[0]
-    last = [t for t in fig.data if t.name == "finished"][0]
+    last = next(t for t in fig.data if t.name == "finished")
     assert all(f"({n.cum_log2:.1f})" in label for n, label in zip(
         [n for n in res.nodes if n.status == "finished"], last.text))                    # final scores always shown
 
