@@ -9,11 +9,9 @@ its ``ipywidgets.Output`` (:func:`show_figure`). Errors and messages go into ano
 from __future__ import annotations
 
 import html
-import json
 import time
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 from IPython.display import HTML
 
 from labsupport.widgets.snapshot import Panel
@@ -23,20 +21,7 @@ from ..generation import generate
 from ..models import LoadedModel
 from ..sampling import GREEDY
 from ..viz.beam import beam_tree_figure, display_text
-from .common import error_html, panel_int, panel_real, panel_text
-
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-
-
-def show_figure(out: widgets.Output, figure: go.Figure) -> None:
-    """Make ``out`` show ``figure`` (replacing what it showed), as a plain plotly output.
-
-    JupyterLab's plotly renderer draws it like any figure a cell displays. (A ``go.FigureWidget``
-    updated in place would flicker less, but in JupyterLab 4 it sometimes stays blank when the
-    cell was off screen while it rendered; a plain output does not.)
-    """
-    bundle = {PLOTLY_MIME: json.loads(figure.to_json()), "text/plain": f"<plotly figure: {figure.layout.title.text}>"}
-    out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+from .common import PLOTLY_MIME, error_html, panel_int, panel_real, panel_text, show_figure  # noqa: F401 - re-exported
 
 
 def _summary(lm: LoadedModel, result, greedy, seconds: float) -> str:

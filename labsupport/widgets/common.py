@@ -86,7 +86,15 @@ def guarded(report: Callable[[str], None]) -> Callable[[Callable], Callable]:
     return wrap
 
 
-_PLOTLY_MIME = "application/vnd.plotly.v1+json"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def show_figure(out: widgets.Output, figure: go.Figure) -> None:
+    """Make ``out`` show ``figure`` (replacing what it showed), as a plain plotly output that
+    JupyterLab's plotly renderer draws like any figure a cell displays (see :class:`FigureOutput`
+    for why not a ``go.FigureWidget``)."""
+    bundle = {PLOTLY_MIME: json.loads(figure.to_json()), "text/plain": f"<plotly figure: {figure.layout.title.text}>"}
+    out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
 
 class FigureOutput(widgets.Output):
@@ -112,8 +120,7 @@ class FigureOutput(widgets.Output):
         if self.width is not None and figure.layout.width is None:
             figure.update_layout(width=self.width, autosize=False)
         self.figure = figure
-        bundle = {_PLOTLY_MIME: json.loads(figure.to_json()), "text/plain": f"<plotly figure: {figure.layout.title.text}>"}
-        self.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+        show_figure(self, figure)
 
     @property
     def data(self):
