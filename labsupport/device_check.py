@@ -64,8 +64,7 @@ def _checks(device: torch.device) -> list[tuple[str, Callable[[], tuple[bool, st
     def speculative():
         draft = load_model("tiny-gpt2-draft", device=device)
         ref = generate(lm, ids, fixed, max_new_tokens=48, record=False).token_ids
-        res = spec.speculative_generate(lm, spec.DraftModelProposer(draft, lm), ids, fixed, gamma=4,
-                                        max_new_tokens=48)
+        res = spec.speculative_generate(lm, spec.DraftModelProposer(draft, lm, 4), ids, fixed, max_new_tokens=48)
         return res.token_ids == ref, f"{len(res.rounds)} rounds for {len(res.token_ids)} tokens, equal to greedy"
 
     def throughput():

@@ -26,7 +26,7 @@ for _pkg in ("sim", "viz", "widgets", "speculative"):
     _m = importlib.import_module(f"labsupport.{_pkg}")
     MODULES += [f"labsupport.{_pkg}.{i.name}" for i in pkgutil.iter_modules(_m.__path__)]
 ENGINE_CLASSES = [("labsupport.engine", "LLMEngine"), ("labsupport.engine", "EngineConfig"),
-                  ("labsupport.speculative.engine", "SpecDecodeEngine"), ("labsupport.sampling", "SamplingParams")]
+                  ("labsupport.speculative.engine", "SpeculativeEngine"), ("labsupport.sampling", "SamplingParams")]
 
 
 def _valid_values():

@@ -230,23 +230,17 @@ def test_speculative_greedy_equals_target_greedy_on_cuda(gpu_pair, gamma):
     target, draft = gpu_pair
     prompt = [5, 17, 99, 3, 42, 8, 5, 17, 99]
     ref = generate(target, prompt, GREEDY, max_new_tokens=48, record=False)
-    for proposer in (spec.DraftModelProposer(draft, target), spec.NgramProposer()):
-        res = spec.speculative_generate(target, proposer, prompt, GREEDY, gamma=gamma, max_new_tokens=48)
+    for proposer in (spec.DraftModelProposer(draft, target, gamma), spec.NgramProposer(gamma)):
+        res = spec.speculative_generate(target, proposer, prompt, GREEDY, max_new_tokens=48)
         assert res.token_ids == ref.token_ids, (type(proposer).__name__, gamma)
-
-
-def _spec_engine_class():
-    engine_class = getattr(spec, "SpecDecodeEngine", None)
-    if engine_class is None:                        # before the engine moved into labsupport.speculative
-        from labsupport.engine.spec_decode import SpecDecodeEngine as engine_class
-    return engine_class
 
 
 def test_paged_speculative_engine_equals_plain_engine_on_cuda(gpu_pair):
     target, draft = gpu_pair
     prompts = [[5, 17, 99, 3, 42, 8], [1, 1, 1], [7, 8, 9, 7, 8], [200, 13]]
     plain = [o.token_ids for o in LLMEngine(target, block_size=4, num_blocks=256).generate(prompts, GREEDY, 24)]
-    engine = _spec_engine_class()(target, draft, gamma=4, block_size=4, num_blocks=256, max_num_seqs=4)
+    engine = spec.SpeculativeEngine(target, spec.DraftModelProposer(draft, target, 4), block_size=4, num_blocks=256,
+                                    max_num_seqs=4)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=24)
     assert [o.token_ids for o in outs] == plain
     assert engine.block_manager.num_free_blocks == 256

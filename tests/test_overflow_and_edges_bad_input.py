@@ -149,7 +149,7 @@ def test_simulate_batching_refuses_an_arrival_beyond_what_it_records():
 def test_numpy_integers_are_accepted_by_kv_bytes_fork_and_gamma(lm):
     from labsupport.engine import LLMEngine
     from labsupport.kv import kv_bytes, preset
-    from labsupport.speculative.engine import SpecDecodeEngine
+    from labsupport.speculative import NgramProposer
 
     shape = preset("Llama 3 8B")
     assert kv_bytes(shape, np.int64(128), np.int32(2)) == kv_bytes(shape, 128, 2)
@@ -157,4 +157,4 @@ def test_numpy_integers_are_accepted_by_kv_bytes_fork_and_gamma(lm):
     rid = engine.add_request([5, 6, 7], SamplingParams(temperature=0.0, ignore_eos=True), max_new_tokens=4)
     engine.step()
     assert len(engine.fork(rid, np.int64(2))) == 2
-    assert SpecDecodeEngine(lm, lm, gamma=np.int64(2)).gamma == 2
+    assert NgramProposer(np.int64(2)).num_speculative_tokens == 2

@@ -81,10 +81,10 @@ def test_speculative_paths_apply_penalties_like_plain_decoding(tiny_lm):
                             repetition_penalty=1.2)
     prompt = [1, 1, 1, 2, 1, 1, 1]
     ref = generate(tiny_lm, prompt, params, max_new_tokens=20, record=False).token_ids
-    for proposer in (spec.NgramProposer(), spec.DraftModelProposer(tiny_lm, tiny_lm)):
-        res = spec.speculative_generate(tiny_lm, proposer, prompt, params, gamma=4, max_new_tokens=20)
+    for proposer in (spec.NgramProposer(4), spec.DraftModelProposer(tiny_lm, tiny_lm, 4)):
+        res = spec.speculative_generate(tiny_lm, proposer, prompt, params, max_new_tokens=20)
         assert res.token_ids == ref
-    eng = spec.SpecDecodeEngine(tiny_lm, tiny_lm, gamma=3, block_size=4, num_blocks=64)
+    eng = spec.SpeculativeEngine(tiny_lm, spec.DraftModelProposer(tiny_lm, tiny_lm, 3), block_size=4, num_blocks=64)
     assert eng.generate([prompt], params, 20)[0].token_ids == ref
 
 
@@ -103,10 +103,10 @@ def test_stop_token_ids_end_every_path(tiny_lm):
     assert out.token_ids == want and out.finish_reason == "stop" and out.text == tiny_lm.decode(run[:k])
     assert generate_batch(tiny_lm, [prompt], params)[0].token_ids == want
     assert LLMEngine(tiny_lm, block_size=4, num_blocks=32).generate([prompt], params)[0].token_ids == want
-    for proposer in (spec.NgramProposer(), spec.DraftModelProposer(tiny_lm, tiny_lm)):
-        assert spec.speculative_generate(tiny_lm, proposer, prompt, params, gamma=6).token_ids == want
-    assert spec.SpecDecodeEngine(tiny_lm, tiny_lm, gamma=6, block_size=4, num_blocks=64).generate(
-        [prompt], params)[0].token_ids == want
+    for proposer in (spec.NgramProposer(6), spec.DraftModelProposer(tiny_lm, tiny_lm, 6)):
+        assert spec.speculative_generate(tiny_lm, proposer, prompt, params).token_ids == want
+    assert spec.SpeculativeEngine(tiny_lm, spec.DraftModelProposer(tiny_lm, tiny_lm, 6), block_size=4,
+                                  num_blocks=64).generate([prompt], params)[0].token_ids == want
 
 
 def test_min_tokens_holds_back_the_end_ids(tiny_lm):
@@ -118,7 +118,7 @@ def test_min_tokens_holds_back_the_end_ids(tiny_lm):
     assert len(out.token_ids) >= 4 and stop_id not in out.token_ids[:3]
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32).generate([prompt], params)[0]
     assert engine.token_ids == out.token_ids
-    spec_out = spec.speculative_generate(tiny_lm, spec.DraftModelProposer(tiny_lm, tiny_lm), prompt, params, gamma=4)
+    spec_out = spec.speculative_generate(tiny_lm, spec.DraftModelProposer(tiny_lm, tiny_lm, 4), prompt, params)
     assert spec_out.token_ids == out.token_ids
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingParams(min_tokens=20, max_tokens=16)
@@ -188,12 +188,12 @@ def test_draft_with_another_vocabulary_is_refused_on_every_path(tiny_lm):
 
     other = make_tiny_lm(seed=1, vocab_size=tiny_lm.model.config.vocab_size - 96)
     with pytest.raises(ValueError, match="vocab"):
-        spec.speculative_generate(tiny_lm, spec.DraftModelProposer(other), [1, 2, 3], NO_EOS, gamma=2,
-                                  max_new_tokens=4)
+        spec.speculative_generate(tiny_lm, spec.DraftModelProposer(other, num_speculative_tokens=2), [1, 2, 3],
+                                  NO_EOS, max_new_tokens=4)
     with pytest.raises(ValueError, match="vocab"):
         spec.DraftModelProposer(other, tiny_lm)
     with pytest.raises(ValueError, match="vocab"):
-        spec.SpecDecodeEngine(tiny_lm, other)
+        spec.SpeculativeEngine(tiny_lm, {"method": "draft_model", "draft_model": other})
 
 
 def test_logits_helpers_stay_finite():

@@ -9,7 +9,7 @@ from test_speculative import make_lm, perturbed
 from labsupport.engine import LLMEngine
 from labsupport.generation import generate
 from labsupport.sampling import GREEDY, SamplingParams
-from labsupport.speculative import SpecDecodeEngine
+from labsupport.speculative import DraftModelProposer, NgramProposer, SpeculativeEngine
 
 PROMPTS = [[5, 17, 99, 3, 42, 8], [1, 1, 1], [7, 8, 9, 7, 8], [200, 13], [4] * 10, [33, 34, 35, 36, 37, 38, 39]]
 
@@ -31,15 +31,15 @@ def plain(pair):
 @pytest.mark.parametrize("proposer", ["draft", "ngram"])
 def test_greedy_equals_engine_plain_greedy(pair, plain, gamma, proposer):
     target, draft = pair
-    eng = SpecDecodeEngine(target, draft if proposer == "draft" else None, gamma=gamma, block_size=4,
-                           num_blocks=256, max_num_seqs=4)
+    prop = DraftModelProposer(draft, target, gamma) if proposer == "draft" else NgramProposer(gamma)
+    eng = SpeculativeEngine(target, prop, block_size=4, num_blocks=256, max_num_seqs=4)
     outs = eng.generate(PROMPTS, GREEDY, max_new_tokens=24)
     assert [o.token_ids for o in outs] == plain
     assert all(o.finish_reason == "length" and len(o.token_ids) == 24 for o in outs)
     # every slot of a rejected token was given back: the pools are whole at the end
     assert eng.block_manager.num_free_blocks == 256 and eng.block_manager.block_tables() == {}
     if proposer == "draft":
-        assert eng.draft_block_manager.num_free_blocks == 256
+        assert eng.proposer.block_manager.num_free_blocks == 256
         assert any(r.num_accepted < len(r.draft_tokens) for o in outs for r in o.rounds)   # rejections happened
     assert eng.num_rounds < 6 * 24                                 # fewer target forwards than tokens
 
@@ -52,18 +52,19 @@ def test_plain_engine_equals_hf_greedy(pair, plain):
 def test_rejected_slots_are_freed_each_round(pair):
     """After each round the target cache holds exactly the committed tokens but the last."""
     target, draft = pair
-    eng = SpecDecodeEngine(target, draft, gamma=6, block_size=2, num_blocks=64, max_num_seqs=1)
+    eng = SpeculativeEngine(target, DraftModelProposer(draft, target, 6), block_size=2, num_blocks=64, max_num_seqs=1)
     seen = []
     original = eng._round
 
     def checked(seqs):
-        original(seqs)
+        finished = original(seqs)
         for s in seqs:
-            if not s.finish:
-                n = eng.block_manager.num_tokens(s.rid)
-                seen.append((n, len(s.seq)))
-                assert n == len(s.seq) - 1
-                assert len(eng.block_manager.block_table(s.rid)) == eng.block_manager.blocks_needed(n)
+            if not s.finish_reason:
+                n = eng.block_manager.num_tokens(s.request_id)
+                seen.append((n, len(s.token_ids)))
+                assert n == len(s.token_ids) - 1
+                assert len(eng.block_manager.block_table(s.request_id)) == eng.block_manager.blocks_needed(n)
+        return finished
 
     eng._round = checked
     out = eng.generate([PROMPTS[0]], GREEDY, max_new_tokens=30)[0]
@@ -74,37 +75,47 @@ def test_rejected_slots_are_freed_each_round(pair):
 def test_sampling_is_seeded_and_batch_independent(pair):
     target, draft = pair
     params = SamplingParams(temperature=0.9, seed=11)
-    a = SpecDecodeEngine(target, draft, gamma=3, block_size=4, num_blocks=128).generate(PROMPTS[:3], params, 16)
-    b = SpecDecodeEngine(target, draft, gamma=3, block_size=4, num_blocks=128, max_num_seqs=1).generate(
+    a = SpeculativeEngine(target, DraftModelProposer(draft, target, 3), block_size=4, num_blocks=128).generate(
         PROMPTS[:3], params, 16)
+    b = SpeculativeEngine(target, DraftModelProposer(draft, target, 3), block_size=4, num_blocks=128,
+                          max_num_seqs=1).generate(PROMPTS[:3], params, 16)
     assert [o.token_ids for o in a] == [o.token_ids for o in b]
     assert all(len(o.token_ids) == 16 for o in a)
 
 
 def test_admission_waits_for_blocks_and_rejects_what_never_fits(pair):
     target, draft = pair
-    eng = SpecDecodeEngine(target, draft, gamma=4, block_size=4, num_blocks=12, max_num_seqs=8)
+    eng = SpeculativeEngine(target, DraftModelProposer(draft, target, 4), block_size=4, num_blocks=12, max_num_seqs=8)
     outs = eng.generate([PROMPTS[0], PROMPTS[1], [3] * 60], GREEDY, max_new_tokens=20)
     assert [o.finish_reason for o in outs] == ["length", "length", "error"]
     assert "blocks" in outs[2].error
     assert eng.peak_blocks <= 12 and eng.block_manager.num_free_blocks == 12
 
 
-def test_gamma_zero_is_plain_decoding(pair, plain):
+def test_no_proposer_is_plain_decoding(pair, plain):
     target, _ = pair
-    eng = SpecDecodeEngine(target, None, gamma=0, block_size=4, num_blocks=256)
+    eng = SpeculativeEngine(target, None, block_size=4, num_blocks=256)
     assert [o.token_ids for o in eng.generate(PROMPTS, GREEDY, 24)] == plain
     assert eng.num_rounds == 24
 
 
 def test_bad_arguments(pair):
     target, draft = pair
-    with pytest.raises(ValueError):
-        SpecDecodeEngine(target, draft, gamma=-1)
-    with pytest.raises(ValueError):
-        SpecDecodeEngine(target, draft, max_num_seqs=0)
-    with pytest.raises(ValueError):
-        SpecDecodeEngine(target, draft).generate([[]], GREEDY, 4)
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        DraftModelProposer(draft, target, -1)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        SpeculativeEngine(target, None, max_num_seqs=0)
+    with pytest.raises(ValueError, match="prompt"):
+        SpeculativeEngine(target, NgramProposer()).generate([[]], GREEDY, 4)
+    with pytest.raises(TypeError, match="proposer"):
+        SpeculativeEngine(target, "ngram")
+    with pytest.raises(ValueError, match="unknown speculative_config keys"):
+        SpeculativeEngine(target, {"method": "ngram", "gamma": 4})
+    with pytest.raises(ValueError, match="method"):
+        SpeculativeEngine(target, {"method": "eagle3"})
+    for flag in ("enable_prefix_caching", "enable_chunked_prefill"):
+        with pytest.raises(ValueError, match=flag):
+            SpeculativeEngine(target, None, **{flag: True})
 
 
 def test_compare_with_engine_reports_identical_output(pair):

@@ -17,10 +17,11 @@ from labsupport.generation import generate
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits
 from labsupport.speculative import (
+    Draft,
     DraftModelProposer,
-    DraftRequest,
     NgramProposer,
-    Proposal,
+    SpecSequence,
+    SpecStats,
     VerifyResult,
     acceptance_probability,
     accepted_prefix_length,
@@ -41,9 +42,10 @@ from labsupport.speculative import (
     total_variation,
     two_token_tree,
     verify,
+    verify_draft,
     verify_logits,
-    verify_round,
 )
+from labsupport.stopping import StopRule
 
 # ----------------------------------------------------------------------------- models
 
@@ -144,8 +146,9 @@ def test_bad_input_raises(call):
 @pytest.mark.parametrize("call, name", [
     (lambda: simulate_rounds(0.5, 4, 0, np.random.default_rng(0)), "n_rounds"),
     (lambda: simulate_rounds(0.5, 0, 10, np.random.default_rng(0)), "gamma"),
-    (lambda: NgramProposer(min_ngram=0), "min_ngram"),
-    (lambda: NgramProposer(max_ngram=1, min_ngram=2), "max_ngram"),
+    (lambda: NgramProposer(prompt_lookup_min=0), "prompt_lookup_min"),
+    (lambda: NgramProposer(prompt_lookup_max=1, prompt_lookup_min=2), "prompt_lookup_max"),
+    (lambda: NgramProposer(0), "num_speculative_tokens"),
     (lambda: independent_tokens_estimate(0.5, -1), "k"),
     (lambda: best_gamma(0.5, 0.1, 0), "gamma_max"),
     (lambda: speedup(0.5, 4, 0.1, v=0), "v"),
@@ -161,8 +164,8 @@ def test_wrong_types_raise_type_error():
         expected_tokens_per_round(0.5, 2.0)
     with pytest.raises(TypeError, match="^alpha must be a number"):
         speedup("0.5", 4, 0.1)
-    with pytest.raises(TypeError, match="^min_ngram must be an integer"):
-        NgramProposer(min_ngram=True)
+    with pytest.raises(TypeError, match="^prompt_lookup_min must be an integer"):
+        NgramProposer(prompt_lookup_min=True)
 
 
 # ----------------------------------------------------------------------------- verification
@@ -290,7 +293,7 @@ def test_verify_greedy_is_argmax_match_and_padding():
 
 
 def test_greedy_fast_path_equals_general_verification():
-    """verify_round's greedy branch (arg-max comparison) = verify() on one-hot p and q."""
+    """verify_draft's greedy branch (arg-max comparison) = verify() on one-hot p and q."""
     g = torch.Generator().manual_seed(3)
     V = 7
     for trial in range(40):
@@ -299,7 +302,9 @@ def test_greedy_fast_path_equals_general_verification():
         best = logits.argmax(-1)
         drafts = [int(best[i]) if torch.rand(1, generator=g) < 0.6 else int(torch.randint(V, (1,), generator=g))
                   for i in range(k)]
-        rec = verify_round(logits, Proposal(drafts), [1, 2], GREEDY)
+        s = SpecSequence("0", [1], [2], GREEDY, None, StopRule.from_params(GREEDY, (), 9), 9, SpecStats(4))
+        rec, path = verify_draft(logits, Draft(drafts), s)
+        assert path == list(range(1, rec.num_accepted + 1))
         p = torch.nn.functional.one_hot(best, V).float().unsqueeze(0)
         q = torch.nn.functional.one_hot(torch.tensor(drafts, dtype=torch.long), V).float().reshape(1, k, V)
         res = verify(p, q, torch.tensor([drafts], dtype=torch.long).reshape(1, k), g)
@@ -365,7 +370,7 @@ def test_two_token_tree_needs_small_support(joint_setup):
 def test_ngram_lookup_on_a_repeated_prompt_equals_greedy_target(pair):
     target, _ = pair
     ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
-    res = speculative_generate(target, NgramProposer(), [1, 1, 1], GREEDY, gamma=4, max_new_tokens=64)
+    res = speculative_generate(target, NgramProposer(4), [1, 1, 1], GREEDY, max_new_tokens=64)
     assert res.token_ids == ref.token_ids and len(res.token_ids) == 64
     assert res.rounds[0].draft_tokens == [1]               # the only continuation of [1, 1] in [1, 1, 1]
     _check_rejects_non_argmax(res)
@@ -374,8 +379,7 @@ def test_ngram_lookup_on_a_repeated_prompt_equals_greedy_target(pair):
 def test_draft_model_rejects_exactly_the_non_argmax_drafts(pair):
     target, draft = pair
     ref = generate(target, [1, 1, 1], GREEDY, max_new_tokens=64, record=False)
-    res = speculative_generate(target, DraftModelProposer(draft, target), [1, 1, 1], GREEDY, gamma=4,
-                               max_new_tokens=64)
+    res = speculative_generate(target, DraftModelProposer(draft, target, 4), [1, 1, 1], GREEDY, max_new_tokens=64)
     assert res.token_ids == ref.token_ids
     _check_rejects_non_argmax(res)
     assert any(r.num_accepted == 0 for r in res.rounds)     # a first-position rejection happened
@@ -396,8 +400,8 @@ def test_greedy_speculative_equals_greedy_target(pair, gamma):
     target, draft = pair
     prompt = PROMPT + PROMPT[:3]                             # something for n-gram lookup to find
     ref = generate(target, prompt, GREEDY, max_new_tokens=48, record=False)
-    for proposer in (DraftModelProposer(draft, target), NgramProposer()):
-        res = speculative_generate(target, proposer, prompt, GREEDY, gamma=gamma, max_new_tokens=48)
+    for proposer in (DraftModelProposer(draft, target, gamma), NgramProposer(gamma)):
+        res = speculative_generate(target, proposer, prompt, GREEDY, max_new_tokens=48)
         assert res.token_ids == ref.token_ids, (proposer.name, gamma)
         assert res.stats.produced >= len(res.token_ids)
         assert res.stats.target_forwards == len(res.rounds)
@@ -406,36 +410,42 @@ def test_greedy_speculative_equals_greedy_target(pair, gamma):
 def test_kv_rollback_keeps_caches_consistent(pair):
     """After every round both caches hold exactly a prefix of the committed sequence."""
     target, draft = pair
-    prop = DraftModelProposer(draft, target)
-    res = speculative_generate(target, prop, PROMPT, SamplingParams(temperature=1.0, seed=1), gamma=5,
-                               max_new_tokens=40)
-    seq = res.prompt_ids + res.token_ids
-    cached = prop.kv.cached
-    assert cached == seq[:len(cached)]
-    assert prop.kv.cache.get_seq_length() == len(cached)
+    prop = DraftModelProposer(draft, target, 5)
+    seen = []
+    observe = prop.observe
+
+    def checked(engine, s, draft_, path, hidden, logits):
+        observe(engine, s, draft_, path, hidden, logits)
+        n = prop.block_manager.num_tokens(s.request_id)
+        seen.append(n)
+        assert n <= len(s.token_ids) - 1              # the draft's cache holds a prefix of the committed ids
+        assert prop.block_manager.block_tables()[s.request_id].__len__() == prop.block_manager.blocks_needed(n)
+
+    prop.observe = checked
+    res = speculative_generate(target, prop, PROMPT, SamplingParams(temperature=1.0, seed=1), max_new_tokens=40)
+    assert len(res.token_ids) == 40 and seen
+    assert prop.block_manager.num_used_blocks == 0     # every draft block back once the request ended
 
 
 def test_stopping_rules_inside_an_accepted_block(pair):
     target, _draft = pair
-    full = speculative_generate(target, DraftModelProposer(target, target), PROMPT, GREEDY, gamma=8,
-                                max_new_tokens=30)
+    full = speculative_generate(target, DraftModelProposer(target, target, 8), PROMPT, GREEDY, max_new_tokens=30)
     assert full.stats.alpha == 1.0 and full.rounds[0].bonus  # self-drafting: every token accepted
     # max_new_tokens in the middle of a block: exactly that many tokens
-    cut = speculative_generate(target, DraftModelProposer(target, target), PROMPT, GREEDY, gamma=8,
-                               max_new_tokens=5)
+    cut = speculative_generate(target, DraftModelProposer(target, target, 8), PROMPT, GREEDY, max_new_tokens=5)
     assert cut.token_ids == full.token_ids[:5] and cut.finish_reason == "length"
     # EOS in the middle of a block: generation stops right after it (pretend token #3 is EOS)
     eos_id = full.token_ids[3]
     lm = _WithEos(target.model, target.tokenizer, target.device, "eos", eos=eos_id)
-    res = speculative_generate(lm, DraftModelProposer(lm, lm), PROMPT, GREEDY, gamma=8, max_new_tokens=30)
+    res = speculative_generate(lm, DraftModelProposer(lm, lm, 8), PROMPT, GREEDY, max_new_tokens=30)
     assert res.token_ids == full.token_ids[:full.token_ids.index(eos_id) + 1]
     assert res.finish_reason == "stop"
     # a stop string
     text = target.decode(full.token_ids)
     stop = text[len(text) // 2:len(text) // 2 + 2]
     if stop.strip():
-        res = speculative_generate(target, NgramProposer(), PROMPT, SamplingParams(temperature=0, stop=(stop,)),
-                                   gamma=8, max_new_tokens=30)
+        res = speculative_generate(target, NgramProposer(8), PROMPT, SamplingParams(temperature=0, stop=(stop,)),
+                                   max_new_tokens=30)
         assert res.finish_reason == "stop" and stop not in res.text
 
 
@@ -457,8 +467,8 @@ class _WithEos(LoadedModel):
 def test_sampling_is_seeded_and_stats_add_up(pair):
     target, draft = pair
     params = SamplingParams(temperature=0.8, seed=5)
-    a = speculative_generate(target, DraftModelProposer(draft, target), PROMPT, params, gamma=4, max_new_tokens=40)
-    b = speculative_generate(target, DraftModelProposer(draft, target), PROMPT, params, gamma=4, max_new_tokens=40)
+    a = speculative_generate(target, DraftModelProposer(draft, target, 4), PROMPT, params, max_new_tokens=40)
+    b = speculative_generate(target, DraftModelProposer(draft, target, 4), PROMPT, params, max_new_tokens=40)
     assert a.token_ids == b.token_ids
     s = a.stats
     assert s.rounds == len(a.rounds) == s.target_forwards
@@ -492,11 +502,13 @@ def test_draft_tokens_runs_sequences_in_lockstep_and_keeps_q_only_when_needed():
         calls.append({k: list(v) for k, v in feed.items()})
         return {k: W[v[-1]] for k, v in feed.items()}
 
-    requests = {"a": DraftRequest(feed=[3, 4], history=[1, 2, 3, 4], gamma=3, params=GREEDY),
-                "b": DraftRequest(feed=[5], history=[5], gamma=1, params=SamplingParams(temperature=1.0),
-                                  generator=torch.Generator().manual_seed(0)),
-                "c": DraftRequest(feed=[6], history=[6], gamma=0, params=GREEDY)}
-    props = draft_tokens(next_logits, requests)
+    def seq(rid, history, params, generator=None):
+        return SpecSequence(rid, history[:1], history[1:], params, generator, StopRule.from_params(params, (), 99),
+                            99, SpecStats(3))
+
+    seqs = [seq("a", [1, 2, 3, 4], GREEDY), seq("b", [5], SamplingParams(temperature=1.0), torch.Generator().manual_seed(0)),
+            seq("c", [6], GREEDY)]
+    props = draft_tokens(next_logits, seqs, {"a": [3, 4], "b": [5], "c": [6]}, {"a": 3, "b": 1, "c": 0})
     a1 = int(W[4].argmax())
     a2 = int(W[a1].argmax())
     a3 = int(W[a2].argmax())
@@ -508,7 +520,7 @@ def test_draft_tokens_runs_sequences_in_lockstep_and_keeps_q_only_when_needed():
     # greedy with a repetition penalty: the arg-max of the penalised logits, q kept (one-hot)
     history = [int(W[4].argmax()), 4]
     pen = SamplingParams(temperature=0.0, repetition_penalty=5.0)
-    prop = draft_tokens(next_logits, {0: DraftRequest(feed=[4], history=history, gamma=1, params=pen)})[0]
+    prop = draft_tokens(next_logits, [seq("0", history, pen)], {"0": [4]}, {"0": 1})["0"]
     assert GREEDY.is_plain_greedy and not pen.is_plain_greedy and not SamplingParams(temperature=1.0).is_plain_greedy
     assert prop.tokens == [int(apply_repetition_penalty(W[4], history, 5.0).argmax())] != [int(W[4].argmax())]
     assert prop.q.shape == (1, V) and prop.q[0, prop.tokens[0]] == 1.0 and prop.q.sum() == 1.0

@@ -18,6 +18,7 @@ from labsupport.engine.model_runner import ModelRunner
 from labsupport.generation import generate
 from labsupport.models import model_forward
 from labsupport.sampling import GREEDY, SamplingParams
+from labsupport.speculative.engine import SpeculativeEngine
 from labsupport.speculative.exactness import two_token_tree
 from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaHeads, MedusaProposer
@@ -29,10 +30,8 @@ from labsupport.speculative.tree import (
     choices_from_widths,
     compact_kv,
     dense_tree_reference,
-    tree_forward,
     tree_from_choices,
 )
-from labsupport.speculative.variants import VariantEngine
 
 PROMPTS = [[5, 17, 99, 3, 42, 8], [1, 1, 1], [7, 8, 9, 7, 8, 7, 8], [200, 13], [4] * 10, [33, 34, 35, 36, 37]]
 
@@ -85,7 +84,7 @@ def test_tree_parents_are_checked():
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_tree_forward_logits_equal_each_root_path_run_alone(tiny_lm, seed):
+def test_tree_extend_logits_equal_each_root_path_run_alone(tiny_lm, seed):
     """One forward over the tree = the model run on prefix + that node's root path, for every node."""
     rng = np.random.default_rng(seed)
     prefix = [int(t) for t in rng.integers(1, 400, 7)]
@@ -94,7 +93,7 @@ def test_tree_forward_logits_equal_each_root_path_run_alone(tiny_lm, seed):
     tree = TokenTree(tokens, parents)
     runner, bm = ModelRunner(tiny_lm, 4, 32), BlockManager(32, 4)
     extend(runner, bm, {"s": prefix[:-1]}, all_logits=False)
-    _, logits = tree_forward(runner, bm, {"s": (tokens, parents)})["s"]
+    logits = extend(runner, bm, {"s": tokens}, tree_parents={"s": parents})["s"]
     for node in range(len(tree)):
         ids = prefix[:-1] + [tokens[i] for i in tree.path_to(node)]
         ref = model_forward(tiny_lm.model, torch.tensor([ids]), use_cache=False)[0][0, -1].float()
@@ -108,7 +107,7 @@ def test_compacted_kv_continues_like_a_fresh_cache(tiny_lm):
     tree = TokenTree([prefix[-1], 20, 21, 22, 23, 24], [-1, 0, 0, 1, 2, 4])   # path 0 → 2 → 4 → 5
     runner, bm = ModelRunner(tiny_lm, 2, 32), BlockManager(32, 2)
     extend(runner, bm, {"s": prefix[:-1]}, all_logits=False)
-    tree_forward(runner, bm, {"s": (tree.tokens, tree.parents)})
+    extend(runner, bm, {"s": tree.tokens}, tree_parents={"s": tree.parents})
     path = [2, 4, 5]
     start = len(prefix) - 1
     compact_kv(runner, bm, "s", start, path)
@@ -135,20 +134,22 @@ def test_greedy_path_is_the_longest_agreeing_one():
 
 # ---------------------------------------------------------------------------- greedy = target greedy
 
-def audited(engine: VariantEngine) -> list[int]:
+def audited(engine: SpeculativeEngine) -> list[int]:
     """Audit the pool after every round; check the cache holds exactly the committed tokens but the
     last (the rejected nodes' slots are gone); return the rounds' accepted paths that moved KV."""
     moved, original = [], engine._round
 
     def round_and_audit(seqs):
-        original(seqs)
+        finished = original(seqs)
         engine.block_manager.audit()
         for s in seqs:
-            if not s.finish:
-                assert engine.block_manager.num_tokens(s.rid) == len(s.seq) - 1
-                assert engine.block_manager.block_table(s.rid).__len__() == engine.block_manager.blocks_needed(len(s.seq) - 1)
+            if not s.finish_reason:
+                n = len(s.token_ids) - 1
+                assert engine.block_manager.num_tokens(s.request_id) == n
+                assert len(engine.block_manager.block_table(s.request_id)) == engine.block_manager.blocks_needed(n)
             if s.trees and s.trees[-1][1] and any(n != d for d, n in enumerate(s.trees[-1][1], 1)):
                 moved.append(1)
+        return finished
     engine._round = round_and_audit
     return moved
 
@@ -156,14 +157,14 @@ def audited(engine: VariantEngine) -> list[int]:
 @pytest.mark.parametrize("name", ["self-spec k=1", "medusa tree", "lookahead"])
 def test_greedy_equals_target_greedy(tiny_lm, name):
     proposer = proposers(tiny_lm)[name]
-    engine = VariantEngine(tiny_lm, proposer, block_size=4, num_blocks=256, keep_trees=True)
+    engine = SpeculativeEngine(tiny_lm, proposer, block_size=4, num_blocks=256, keep_trees=True)
     moved = audited(engine)
     outs = engine.generate(PROMPTS, GREEDY, max_new_tokens=20)
     for prompt, out in zip(PROMPTS, outs):
         assert out.token_ids == generate(tiny_lm, prompt, GREEDY, max_new_tokens=20).token_ids
         assert out.finish_reason == "length"
     assert engine.block_manager.num_used_blocks == 0
-    assert sum(o.stats.produced for o in outs) > sum(o.stats.rounds for o in outs)   # drafts were accepted
+    assert sum(o.spec_stats.produced for o in outs) > sum(o.spec_stats.rounds for o in outs)   # drafts were accepted
     if name != "self-spec k=1":
         assert moved, "no accepted path needed its KV compacted: the test did not exercise compaction"
 
@@ -177,10 +178,10 @@ def test_stop_string_and_max_tokens_inside_an_accepted_path(tiny_lm, name):
             continue
         params = SamplingParams(temperature=0.0, max_tokens=16, stop=(stop,))
         ref = generate(tiny_lm, prompt, params)
-        out = VariantEngine(tiny_lm, proposers(tiny_lm)[name], block_size=4).generate([prompt], params)[0]
+        out = SpeculativeEngine(tiny_lm, proposers(tiny_lm)[name], block_size=4).generate([prompt], params)[0]
         assert (out.token_ids, out.text, out.finish_reason) == (ref.token_ids, ref.text, ref.finish_reason)
         for m in (1, 2, 5):
-            got = VariantEngine(tiny_lm, proposers(tiny_lm)[name], block_size=4).generate([prompt], GREEDY, m)[0]
+            got = SpeculativeEngine(tiny_lm, proposers(tiny_lm)[name], block_size=4).generate([prompt], GREEDY, m)[0]
             assert got.token_ids == long.token_ids[:m] and got.finish_reason == "length"
 
 
@@ -191,16 +192,16 @@ def test_eos_inside_an_accepted_path(name):
     eos = ref[6]                                                # make a mid-output token the EOS id
     lm.model.config.eos_token_id = eos
     lm.model.generation_config.eos_token_id = eos
-    out = VariantEngine(lm, proposers(lm)[name], block_size=4).generate([PROMPTS[4]], GREEDY, 20)[0]
+    out = SpeculativeEngine(lm, proposers(lm)[name], block_size=4).generate([PROMPTS[4]], GREEDY, 20)[0]
     assert out.finish_reason == "stop"
     assert out.token_ids[:-1] == ref[:ref.index(eos)] and out.token_ids[-1] == eos
 
 
 def test_self_spec_uses_no_second_cache_and_checks_its_depth(tiny_lm):
-    engine = VariantEngine(tiny_lm, SelfSpecProposer(2, 3))
+    engine = SpeculativeEngine(tiny_lm, SelfSpecProposer(2, 3))
     with pytest.raises(ValueError, match="num_layers must be < the target's 2 layers"):
         engine.generate([[1, 2, 3]], GREEDY, 4)
-    with pytest.raises(ValueError, match="gamma"):
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
         SelfSpecProposer(1, 0)
     with pytest.raises(ValueError, match="heads"):
         MedusaProposer(MedusaHeads(64, 2), widths=(1, 1, 1))
@@ -227,7 +228,7 @@ def test_sampled_chain_verification_keeps_the_two_token_distribution(tiny_lm, na
     tree = two_token_tree(tiny_lm, tiny_lm, prefix, params)
     exact = tree.exact_joint(params).numpy().ravel()
     n = 600
-    engine = VariantEngine(tiny_lm, proposers(tiny_lm)[name], block_size=4, num_blocks=6000, max_num_seqs=n, seed=7)
+    engine = SpeculativeEngine(tiny_lm, proposers(tiny_lm)[name], block_size=4, num_blocks=6000, max_num_seqs=n, seed=7)
     outs = engine.generate([prefix] * n, params)
     index = {t: i for i, t in enumerate(tree.vocab)}
     counts = np.zeros(len(tree.vocab) ** 2)
@@ -235,7 +236,7 @@ def test_sampled_chain_verification_keeps_the_two_token_distribution(tiny_lm, na
         a, b = o.token_ids
         counts[index[a] * len(tree.vocab) + index[b]] += 1
     assert chi_square_p(counts, exact * n) > 1e-3
-    assert sum(o.stats.proposed for o in outs) > 0                       # the drafts were really verified
+    assert sum(o.spec_stats.proposed for o in outs) > 0                       # the drafts were really verified
     assert engine.block_manager.num_used_blocks == 0
 
 
@@ -251,7 +252,7 @@ def test_chi_square_rejects_a_wrong_distribution():
 # ---------------------------------------------------------------------------- the on/off policy
 
 def test_policy_switches_drafting_off_under_load(tiny_lm):
-    engine = VariantEngine(tiny_lm, LookaheadProposer(window=3, ngram=3), policy=SpecPolicy(2), max_num_seqs=8)
+    engine = SpeculativeEngine(tiny_lm, LookaheadProposer(window=3, ngram=3), policy=SpecPolicy(2), max_num_seqs=8)
     outs = engine.generate(PROMPTS[:4], GREEDY, 8)
     assert engine.speculative_rounds < engine.num_rounds               # batch 4 > 2: plain rounds first
     assert all(o.token_ids == generate(tiny_lm, p, GREEDY, max_new_tokens=8).token_ids

@@ -329,10 +329,17 @@ def test_generate_with_choice_and_records_on_random_model(tiny_lm):
     assert all(s.prob > 0 for s in res.steps)
 
 
-def test_speculative_decoding_refuses_structured_output(tiny_lm):
-    from labsupport.speculative import NgramProposer, speculative_generate
-    with pytest.raises(ValueError, match="structured_output"):
-        speculative_generate(tiny_lm, NgramProposer(), "hi", SamplingParams(structured_output={"regex": "a+"}))
+def test_speculative_decoding_keeps_structured_output(tiny_lm):
+    """The grammar masks the target's verification: a draft outside it is rejected, so the output is
+    the grammar's on both speculative paths, and greedy output equals plain greedy's."""
+    from labsupport.speculative import NgramProposer, SelfSpecProposer, SpeculativeEngine, speculative_generate
+    params = SamplingParams(temperature=0.0, max_tokens=8, structured_output={"regex": "[0-9]+"})
+    prompt = [4, 4, 4, 4]
+    want = generate(tiny_lm, prompt, params, record=False)
+    got = speculative_generate(tiny_lm, NgramProposer(3), prompt, params)
+    assert (got.token_ids, got.text) == (want.token_ids, want.text) and want.text.isdigit()
+    out = SpeculativeEngine(tiny_lm, SelfSpecProposer(1, 3), block_size=4).generate([prompt], params)[0]
+    assert (out.token_ids, out.text) == (want.token_ids, want.text)
 
 
 # ----------------------------------------------------------------------------- figures and panel

@@ -11,7 +11,7 @@ temperature 0.8, on a prose prompt and a repetitive (JSON-like) one, it measures
   verification cost v(γ) = a target forward over γ+1 tokens / one decode step;
 * the predicted speed-up ``E[tokens per round] / (γ·c + v(γ))`` and the measured wall-clock
   speed-up over plain target decoding (``labsupport.generation.generate``);
-* in the paged engine: batch 1 vs batch 8, plain ``LLMEngine`` vs ``SpecDecodeEngine``;
+* in the paged engine: batch 1 vs batch 8, plain ``LLMEngine`` vs ``SpeculativeEngine``;
 * then the cheap-draft variants (self-speculation, Medusa heads, token trees, lookahead) of
   :mod:`labsupport.bench.speculative_variants` (``--no-variants`` skips them).
 
@@ -43,7 +43,7 @@ from labsupport.speculative import (
     CachedLM,
     DraftModelProposer,
     NgramProposer,
-    SpecDecodeEngine,
+    SpeculativeEngine,
     speculative_generate,
 )
 from labsupport.validation import check_int, check_token_ids
@@ -137,7 +137,7 @@ class SweepRow:
     spec_seconds: float
 
 
-def speedup_sweep(target: LoadedModel, make_proposer: Callable[[], object], prompt: str | Sequence[int],
+def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], prompt: str | Sequence[int],
                   params: SamplingParams, gammas: Sequence[int], max_new_tokens: int, costs: CostModel,
                   repeats: int = 3) -> list[SweepRow]:
     """Measure speculative decoding against plain decoding for several γ, next to the predictions.
@@ -149,7 +149,7 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[], object], prom
     the proposer's own measured time per drafted token over a target decode step.
 
     Args:
-        make_proposer: returns a fresh proposer (e.g. ``lambda: DraftModelProposer(draft, target)``).
+        make_proposer: γ → a fresh proposer (e.g. ``lambda g: DraftModelProposer(draft, target, g)``).
         params: sampling settings; use ``ignore_eos=True`` so both runs emit ``max_new_tokens``.
         costs: from :func:`measure_costs` on the same machine (its ``v`` must cover the γs).
 
@@ -163,13 +163,13 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[], object], prom
     ids = _prompt_ids(target, prompt)
     rows = []
     for g in gammas:
-        prop = make_proposer()
+        prop = make_proposer(int(g))
         plain_s = spec_s = float("inf")
         for _ in range(repeats):
             t0 = time.perf_counter()
             generate(target, ids, params, max_new_tokens=max_new_tokens, record=False)
             t1 = time.perf_counter()
-            res = speculative_generate(target, prop, ids, params, gamma=int(g), max_new_tokens=max_new_tokens)
+            res = speculative_generate(target, prop, ids, params, max_new_tokens=max_new_tokens)
             t2 = time.perf_counter()
             plain_s, spec_s = min(plain_s, t1 - t0), min(spec_s, t2 - t1)
         st = res.stats
@@ -193,7 +193,7 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[], object], prom
 
 @dataclass
 class EngineComparison:
-    """Plain ``LLMEngine`` vs :class:`SpecDecodeEngine` on one batch (fastest of the repeats)."""
+    """Plain ``LLMEngine`` vs :class:`SpeculativeEngine` on one batch (fastest of the repeats)."""
 
     batch: int
     proposer: str
@@ -227,8 +227,8 @@ def compare_with_engine(target: LoadedModel, draft: LoadedModel | None, prompt: 
         plain = LLMEngine(target, block_size=block_size, num_blocks=blocks, max_num_seqs=batch).generate(
             prompts, params, max_new_tokens)
         best_plain = min(best_plain, time.perf_counter() - t0)
-        eng = SpecDecodeEngine(target, draft, gamma=gamma, block_size=block_size, num_blocks=blocks,
-                               max_num_seqs=batch)
+        proposer = DraftModelProposer(draft, target, gamma) if draft is not None else NgramProposer(gamma)
+        eng = SpeculativeEngine(target, proposer, block_size=block_size, num_blocks=blocks, max_num_seqs=batch)
         t0 = time.perf_counter()
         outs = eng.generate(prompts, params, max_new_tokens)
         best_spec = min(best_spec, time.perf_counter() - t0)
@@ -236,7 +236,7 @@ def compare_with_engine(target: LoadedModel, draft: LoadedModel | None, prompt: 
     return EngineComparison(batch=batch, proposer="draft model" if draft is not None else "n-gram", gamma=gamma,
                             plain_tokens_per_s=sum(len(o.token_ids) for o in plain) / best_plain,
                             spec_tokens_per_s=tokens / best_spec, speedup=best_plain / best_spec,
-                            tokens_per_round=sum(o.stats.tokens_per_round for o in outs) / batch,
+                            tokens_per_round=sum(o.spec_stats.tokens_per_round for o in outs) / batch,
                             identical=[o.token_ids for o in outs] == [o.token_ids for o in plain],
                             pool_whole=eng.block_manager.num_free_blocks == blocks)
 
@@ -255,14 +255,14 @@ def run_pairs(target, draft, prompts: dict[str, str], gammas: list[int], temps: 
                                    "c": costs.c, "v": costs.v}
         for temp in temps:
             params = SamplingParams(temperature=temp, seed=0, ignore_eos=True)
-            for name, make in (("draft", lambda: DraftModelProposer(draft, target)), ("ngram", NgramProposer)):
+            for name, make in (("draft", lambda g: DraftModelProposer(draft, target, g)), ("ngram", NgramProposer)):
                 for row in speedup_sweep(target, make, ids, params, gammas, max_new, costs, repeats):
                     results["rows"].append(dict(prompt=pname, temperature=temp, proposer=name, **asdict(row)))
     return results
 
 
 def run_engine(target, draft, prompt: str, max_new: int, gamma: int, repeats: int) -> list[dict]:
-    """Paged engine: plain LLMEngine vs SpecDecodeEngine (draft, n-gram) at batch 1 and batch 8."""
+    """Paged engine: plain LLMEngine vs SpeculativeEngine (draft, n-gram) at batch 1 and batch 8."""
     ids = target.encode(prompt)
     return [asdict(compare_with_engine(target, d, ids, batch, gamma=gamma, max_new_tokens=max_new, repeats=repeats))
             for batch in (1, 8) for d in (draft, None)]

@@ -38,15 +38,15 @@ import numpy as np
 import torch
 
 from labsupport.engine.block_manager import BlockManager
+from labsupport.engine.extend import extend
 from labsupport.engine.model_runner import ModelRunner
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams
 from labsupport.speculative import PROSE, REPETITIVE
+from labsupport.speculative.engine import SpeculativeEngine
 from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaProposer, load_medusa
 from labsupport.speculative.self_spec import SelfSpecProposer
-from labsupport.speculative.tree import tree_forward
-from labsupport.speculative.variants import VariantEngine
 from labsupport.validation import check_int
 
 SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
@@ -70,12 +70,12 @@ def forward_costs(target: LoadedModel, context: Sequence[int], sizes: Sequence[i
     ``context`` (fastest of the repeats, after two warm-ups; the sizes interleaved)."""
     blocks = batch * (-(-(len(context) + max(sizes)) // 16) + 1)
     runner, bm = ModelRunner(target, 16, blocks), BlockManager(blocks, 16)
-    tree_forward(runner, bm, {b: (list(context), None) for b in range(batch)})
+    extend(runner, bm, {b: list(context) for b in range(batch)}, all_logits=False)
     best = {n: float("inf") for n in sizes}
     for r in range(repeats + 2):
         for n in sizes:
             t0 = time.perf_counter()
-            tree_forward(runner, bm, {b: ([context[-1]] * n, None) for b in range(batch)})
+            extend(runner, bm, {b: [context[-1]] * n for b in range(batch)}, return_hidden=True)
             if r >= 2:
                 best[n] = min(best[n], time.perf_counter() - t0)
             for b in range(batch):
@@ -108,8 +108,9 @@ class MethodRow:
 
 def _run(target, make, prompts, params, max_new, block_size=16):
     proposer = make()
-    blocks = len(prompts) * ((len(prompts[0]) + max_new + 8) // block_size + 2)
-    eng = VariantEngine(target, proposer, block_size=block_size, num_blocks=blocks, max_num_seqs=len(prompts))
+    extra = 0 if proposer is None else proposer.max_draft_tokens
+    blocks = len(prompts) * ((len(prompts[0]) + max_new + extra) // block_size + 2)
+    eng = SpeculativeEngine(target, proposer, block_size=block_size, num_blocks=blocks, max_num_seqs=len(prompts))
     t0 = time.perf_counter()
     outs = eng.generate(prompts, params, max_new)
     return time.perf_counter() - t0, eng, outs
@@ -149,12 +150,12 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
             ratios = {m: [p[0] / t[0] for p, t in zip(timed["plain"], timed[m])] for m in methods}
             for m in methods:
                 eng, outs = runs[m]
-                st = outs[0].stats
+                st = outs[0].spec_stats
                 nodes = eng.num_verified_tokens / eng.num_rounds / batch
                 t_nodes = float(np.interp(nodes, SIZES, [fwd[n] for n in SIZES]))
                 c = parts[m][0] / parts[m][2] / t_round
                 v = parts[m][1] / parts[m][2] / t_round
-                tpr = sum(o.stats.produced for o in outs) / sum(o.stats.rounds for o in outs)
+                tpr = sum(o.spec_stats.produced for o in outs) / sum(o.spec_stats.rounds for o in outs)
                 heads = getattr(eng.proposer, "heads", None)
                 rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
                                       tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,

@@ -281,7 +281,9 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r} must be running and decoding to fork, it is {seq.status}")
         return self._fork(req, n)
 
-    def _fork(self, req: Request, n: int) -> list[str]:
+    def _fork(self, req: Request, n: int, share_blocks: bool = True) -> list[str]:
+        """``n`` children of ``req``: sharing its blocks while the batch has room, else waiting at
+        the front of the queue (always, with ``share_blocks=False``: each is prefilled on its own)."""
         parent, new_ids = req.seq, []
         position = self.scheduler.running.index(parent) + 1
         waiting_at = 0                                                # children that wait go first in line
@@ -292,7 +294,7 @@ class LLMEngine:
                 suffix += 1
             child_id = f"{parent.seq_id}.{suffix}"
             child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids))
-            if len(self.scheduler.running) < self.config.max_num_seqs:   # room: share the parent's blocks
+            if share_blocks and len(self.scheduler.running) < self.config.max_num_seqs:   # share the parent's blocks
                 child.status, child.num_computed_tokens = SequenceStatus.RUNNING, parent.num_computed_tokens
                 self.block_manager.fork(parent.seq_id, child_id)
                 self.scheduler.running.insert(position, child)

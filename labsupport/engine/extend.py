@@ -1,8 +1,9 @@
 """Feeding new tokens of several sequences through the paged cache in one forward.
 
-The engine's ``step`` does this through the scheduler; speculative decoding and the logits
-tests need it directly: reserve slots in the block manager, copy what copy-on-write asks,
-run the model runner over the block tables, mark the tokens computed.
+The engine's ``step`` does this through the scheduler; speculative decoding (draft, verify, a
+token tree, an early-exit draft) and the logits tests need it directly. It is the one way to
+do so: reserve slots in the block manager, copy what copy-on-write asks, run the model runner
+over the block tables, mark the tokens computed.
 """
 
 from __future__ import annotations
@@ -17,12 +18,23 @@ from .model_runner import ModelRunner
 
 
 def extend(runner: ModelRunner, block_manager: BlockManager, new_tokens: Mapping[Hashable, Sequence[int]],
-           all_logits: bool = True) -> dict[Hashable, torch.Tensor]:
+           all_logits: bool = True, *, tree_parents: Mapping[Hashable, Sequence[int] | None] | None = None,
+           num_layers: int | None = None,
+           return_hidden: bool = False) -> dict[Hashable, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
     """Feed ``{seq_id: [token ids]}`` to the runner in one forward; ``{seq_id: logits (k, vocab)}``.
 
     A sequence the block manager does not know is allocated (its tokens are its prompt;
     prefix-cache hits are skipped and get no row). Copy-on-write pairs are copied first, and
     the computed tokens are marked computed afterwards.
+
+    Args:
+        runner, block_manager: the model's runner and the block manager of its pool.
+        new_tokens: each sequence's new tokens (a prompt, a decode token, ``[last, drafts…]``).
+        all_logits: a row for every new token (else only each sequence's last).
+        tree_parents: ``{seq_id: parents}`` for sequences whose new tokens form a token tree
+            (parents index the new tokens, ``-1`` = the cached prefix); others are causal chains.
+        num_layers: run only the first blocks (a self-speculative draft), then ``ln_f`` + LM head.
+        return_hidden: return ``(hidden after ln_f, logits)`` per sequence instead of the logits.
 
     Raises:
         TypeError / ValueError: ids that are not token ids of the vocabulary, an empty list, or
@@ -44,7 +56,9 @@ def extend(runner: ModelRunner, block_manager: BlockManager, new_tokens: Mapping
         seqs.append(seq_id)
         tokens.append(ids[len(ids) - todo:])
         starts.append(start)
-    logits = runner.extend(tokens, starts, [block_manager.block_table(s) for s in seqs], all_logits=all_logits)
+    parents = None if not tree_parents else [tree_parents.get(s) for s in seqs]
+    rows = runner.extend(tokens, starts, [block_manager.block_table(s) for s in seqs], all_logits=all_logits,
+                         tree_parents=parents, num_layers=num_layers, return_hidden=return_hidden)
     for seq_id in seqs:
         block_manager.mark_computed(seq_id, block_manager.num_tokens(seq_id))
-    return dict(zip(seqs, logits))
+    return dict(zip(seqs, rows))

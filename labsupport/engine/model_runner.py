@@ -119,7 +119,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, token_ids: Sequence[Sequence[int]], start_positions: Sequence[int],
                 block_tables: Sequence[Sequence[int]], all_logits: bool = False,
-                tree_parents: Sequence[Sequence[int] | None] | None = None) -> torch.Tensor:
+                tree_parents: Sequence[Sequence[int] | None] | None = None, *, num_layers: int | None = None,
+                return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """One forward step over the new tokens of several sequences.
 
         Args:
@@ -130,10 +131,15 @@ class ModelRunner:
             all_logits: return a row for every new token instead of only each sequence's last.
             tree_parents: per sequence ``None`` or its new tokens' parents — a token tree
                 verified in one forward (:func:`~labsupport.engine.attention.build_metadata`).
+            num_layers: run only the first blocks (early exit: a self-speculative draft), then
+                ``ln_f`` and the LM head; their K/V land in the cache like a full forward's.
+            return_hidden: also return the hidden states after ``ln_f`` (the rows of the logits):
+                Medusa heads and EAGLE read them.
 
         Returns:
             float32 logits: ``(B, vocab)`` (last new token of each sequence), or with
-            ``all_logits`` ``(N, vocab)`` with the rows of sequence 0 first.
+            ``all_logits`` ``(N, vocab)`` with the rows of sequence 0 first; with
+            ``return_hidden`` the pair ``(hidden (rows, E), logits (rows, vocab))``.
 
         Raises:
             ValueError: an empty batch, a token id outside the vocabulary, a position past the
@@ -152,14 +158,15 @@ class ModelRunner:
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
                               tree_parents=tree_parents, num_heads=self.num_heads)
         flat = torch.tensor(ids, dtype=torch.long, device=self.device)
-        hidden = self.hidden_states(flat, meta)                                   # (N, E)
+        hidden = self.hidden_states(flat, meta, num_layers=num_layers)            # (N, E)
         if not all_logits and len(ids) > len(query_lens):                     # pure decode: already one row each
             last = list(itertools.accumulate(query_lens, initial=-1))[1:]
             hidden = hidden.index_select(0, torch.tensor(last, device=self.device))   # (B, E)
         self.num_forwards += 1
         self.num_token_forwards += len(ids)
         hidden = F.layer_norm(hidden, hidden.shape[-1:], *self.ln_f, eps=self.eps)
-        return F.linear(hidden, self.lm_head).float()
+        logits = F.linear(hidden, self.lm_head).float()
+        return (hidden, logits) if return_hidden else logits
 
     def hidden_states(self, input_ids: torch.Tensor, meta: AttentionMetadata,
                       num_layers: int | None = None) -> torch.Tensor:
@@ -280,21 +287,25 @@ class ModelRunner:
         slots = self._slots(block_table, start, kv.shape[2])
         self.kv_cache.flatten(2, 3).index_copy_(2, slots, kv.to(self.device, self.dtype))
 
-    # ------------------------------------------------------------------ hook (speculative decoding)
+    # ------------------------------------------------------------------ several tokens per sequence
     def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],
-               block_tables: Sequence[Sequence[int]], all_logits: bool = True) -> list[torch.Tensor]:
-        """:meth:`forward` with the logits split per sequence.
+               block_tables: Sequence[Sequence[int]], all_logits: bool = True,
+               tree_parents: Sequence[Sequence[int] | None] | None = None, *, num_layers: int | None = None,
+               return_hidden: bool = False) -> list[torch.Tensor] | list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`forward` with the rows split per sequence.
 
-        Used by the logits tests and by speculative decoding to verify γ draft tokens: feed
-        ``[last, d_1 … d_γ]``, read ``γ + 1`` rows, then truncate the rejected slots in the
+        Speculative decoding verifies a draft with it: feed ``[last, d_1 … d_γ]`` (or a token
+        tree with ``tree_parents``), read ``γ + 1`` rows, then truncate the rejected slots in the
         block manager (``BlockManager.truncate``; nothing in the cache is zeroed, the next
         tokens overwrite them). The slots come from ``BlockManager.reserve``.
 
         Returns:
-            one float32 tensor per sequence: ``(len(new_tokens[i]), vocab)``, or ``(1, vocab)``
-            without ``all_logits``.
+            per sequence its float32 logits ``(len(new_tokens[i]), vocab)`` (``(1, vocab)``
+            without ``all_logits``), or with ``return_hidden`` the pair ``(hidden, logits)``.
         """
-        logits = self.forward(new_tokens, start_positions, block_tables, all_logits=all_logits)
-        if not all_logits:
-            return list(logits.split(1))
-        return list(torch.split(logits, [len(t) for t in new_tokens]))
+        out = self.forward(new_tokens, start_positions, block_tables, all_logits=all_logits,
+                           tree_parents=tree_parents, num_layers=num_layers, return_hidden=return_hidden)
+        sizes = [len(t) for t in new_tokens] if all_logits else [1] * len(new_tokens)
+        if return_hidden:
+            return list(zip(out[0].split(sizes), out[1].split(sizes)))
+        return list(out.split(sizes))

@@ -25,6 +25,9 @@ class RequestOutput:
         metrics: its :class:`~labsupport.engine.metrics.RequestMetrics`.
         text: the generated text (without a final EOS / stop id, cut before a stop string);
             decoded on first access, so stepping the engine never pays for detokenising.
+        spec_stats / rounds / trees: with speculative decoding (``SpeculativeEngine``) the
+            request's acceptance statistics, its round records and (when kept) its verified
+            token trees; ``None`` from the plain engine.
     """
 
     request_id: str
@@ -36,6 +39,9 @@ class RequestOutput:
     error: str | None
     metrics: RequestMetrics
     decode_text: Callable[[], str] = field(default=lambda: "", repr=False)
+    spec_stats: object = field(default=None, repr=False)
+    rounds: list | None = field(default=None, repr=False)
+    trees: list | None = field(default=None, repr=False)
     _text: str | None = field(default=None, init=False, repr=False)
 
     @property

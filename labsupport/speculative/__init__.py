@@ -10,39 +10,34 @@ One concept per module, every name re-exported here (``from labsupport import sp
 
 * :mod:`.theory` — expected tokens per round, speed-up, best γ, a Monte Carlo of rounds;
 * :mod:`.rejection` — the verification as pure tensor functions (:func:`verify`);
-* :mod:`.cache` — a Hugging Face model with a KV cache that rolls back by cropping;
-* :mod:`.proposers` — the draft loop (:func:`draft_tokens`), draft model and n-gram proposers;
-* :mod:`.rounds` — verify one round's proposal and commit its tokens under the stop rule;
-* :mod:`.stats` — acceptance statistics of a run;
-* :mod:`.decode` — the loop over Hugging Face models (:func:`speculative_generate`);
-* :mod:`.engine` — the batched loop over the paged KV cache (:class:`SpecDecodeEngine`);
-* :mod:`.exactness` — an exact two-token check of the output distribution;
-* :mod:`.prompts` — the prose and repetitive prompts the chapter and the benchmark use;
-* :mod:`.tree` — token trees, greedy path acceptance, KV compaction (SpecInfer; Medusa);
-* :mod:`.variants` — :class:`VariantEngine`, the paged engine for cheap drafts, with
+* :mod:`.stats` — a round's record and the acceptance statistics of a run;
+* :mod:`.rounds` — a request's speculative state, a draft, and the one round tail
+  (verify, commit) of both paths;
+* :mod:`.proposers` — the proposer protocol, the draft loop, draft-model and n-gram proposers;
   :mod:`.self_spec` (the target's first layers), :mod:`.medusa` (heads on its hidden state),
-  :mod:`.lookahead` (Jacobi window + n-gram pool) and :mod:`.policy` (switch off under load).
+  :mod:`.lookahead` (Jacobi window + n-gram pool) implement the same protocol;
+* :mod:`.config` — ``speculative_config`` (method, ``num_speculative_tokens``) → a proposer;
+* :mod:`.engine` — :class:`SpeculativeEngine`, the paged engine every method runs on, with
+  :mod:`.policy` (switch off under load);
+* :mod:`.cache` and :mod:`.decode` — the readable one-request loop over a Hugging Face cache
+  (:func:`speculative_generate`);
+* :mod:`.tree` — token trees, greedy path acceptance, KV compaction (SpecInfer; Medusa);
+* :mod:`.exactness` — an exact two-token check of the output distribution;
+* :mod:`.prompts` — the prose and repetitive prompts the chapter and the benchmark use.
 
 Timing (step costs, speed-up sweeps, engine comparison) lives in :mod:`labsupport.bench.speculative`.
 """
 
 from .cache import CachedLM
+from .config import METHODS, SpeculativeConfig, make_proposer
 from .decode import SpeculativeResult, speculative_generate
-from .engine import SpecDecodeEngine, SpecRequestOutput
+from .engine import SpeculativeEngine
 from .exactness import TwoTokenTree, sampling_noise_floor, simulate_two_tokens, total_variation, two_token_tree
 from .lookahead import LookaheadProposer
 from .medusa import MedusaHeads, MedusaProposer, load_medusa
 from .policy import SpecPolicy, break_even_batch
 from .prompts import PROSE, REPETITIVE
-from .proposers import (
-    DraftModelProposer,
-    DraftRequest,
-    NgramProposer,
-    Proposal,
-    check_same_vocabulary,
-    draft_tokens,
-    lookup_ngram,
-)
+from .proposers import DraftModelProposer, NgramProposer, Proposer, check_same_vocabulary, draft_tokens, lookup_ngram
 from .rejection import (
     VerifyResult,
     acceptance_probability,
@@ -52,9 +47,9 @@ from .rejection import (
     verify,
     verify_logits,
 )
-from .rounds import RoundRecord, commit_round, verify_round
+from .rounds import Draft, SpecSequence, clip_draft, commit_round, finish_round, verify_draft
 from .self_spec import SelfSpecProposer
-from .stats import SpecStats
+from .stats import RoundRecord, SpecStats
 from .theory import (
     best_gamma,
     expected_accepted,
@@ -63,32 +58,30 @@ from .theory import (
     simulate_rounds,
     speedup,
 )
-from .tree import TokenTree, accept_greedy_path, compact_kv, tree_forward
-from .variants import Draft, VariantEngine, VariantOutput
+from .tree import TokenTree, accept_greedy_path, compact_kv
 
 __all__ = [
+    "METHODS",
     "PROSE",
     "REPETITIVE",
     "CachedLM",
     "Draft",
     "DraftModelProposer",
-    "DraftRequest",
     "LookaheadProposer",
     "MedusaHeads",
     "MedusaProposer",
     "NgramProposer",
-    "Proposal",
+    "Proposer",
     "RoundRecord",
     "SelfSpecProposer",
-    "SpecDecodeEngine",
     "SpecPolicy",
-    "SpecRequestOutput",
+    "SpecSequence",
     "SpecStats",
+    "SpeculativeConfig",
+    "SpeculativeEngine",
     "SpeculativeResult",
     "TokenTree",
     "TwoTokenTree",
-    "VariantEngine",
-    "VariantOutput",
     "VerifyResult",
     "accept_greedy_path",
     "acceptance_probability",
@@ -96,14 +89,17 @@ __all__ = [
     "best_gamma",
     "break_even_batch",
     "check_same_vocabulary",
+    "clip_draft",
     "commit_round",
     "compact_kv",
     "draft_tokens",
     "expected_accepted",
     "expected_tokens_per_round",
+    "finish_round",
     "independent_tokens_estimate",
     "load_medusa",
     "lookup_ngram",
+    "make_proposer",
     "residual_distribution",
     "sample_from",
     "sampling_noise_floor",
@@ -112,9 +108,8 @@ __all__ = [
     "speculative_generate",
     "speedup",
     "total_variation",
-    "tree_forward",
     "two_token_tree",
     "verify",
+    "verify_draft",
     "verify_logits",
-    "verify_round",
 ]

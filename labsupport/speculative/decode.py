@@ -1,13 +1,15 @@
-"""The speculative decoding loop over Hugging Face models, with KV rollback by cropping.
+"""The speculative decoding loop over a Hugging Face model, with KV rollback by cropping.
 
-One *round* (Leviathan et al. 2023; Chen et al. 2023; vLLM's names):
+The chapter's readable baseline: one request, the target's own ``DynamicCache``. One *round*
+(Leviathan et al. 2023; Chen et al. 2023; vLLM's names):
 
-1. the proposer drafts ``γ`` tokens ``d_1..d_γ`` (draft model: sampled from its ``q``;
-   n-gram prompt lookup: copied from earlier text, ``q`` one-hot);
+1. the proposer drafts up to γ tokens ``d_1..d_γ`` (a draft model: sampled from its ``q``;
+   n-gram prompt lookup: copied from earlier text, ``q`` one-hot) — the same
+   :class:`~.proposers.Proposer` protocol as :class:`~.engine.SpeculativeEngine`;
 2. the target runs **one** forward over ``[last, d_1..d_γ]`` and gives ``γ+1`` rows ``p``;
-3. :func:`~labsupport.speculative.rounds.verify_round` accepts a prefix of the drafts and adds
-   the target's own token (the replacement at the first rejection, or the bonus token);
-4. the KV of rejected tokens is rolled back in both models (``DynamicCache.crop(-k)``).
+3. :func:`~.rounds.finish_round` accepts a prefix of the drafts, adds the target's own token
+   (the replacement at the first rejection, or the bonus token) and commits under the stop rule;
+4. the KV of rejected tokens leaves the target's cache (``DynamicCache.crop``) and the proposer's.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ from dataclasses import dataclass
 
 import torch
 
-from ..generation import _check_length, _prompt_ids
+from ..generation import _check_length, _grammar, _prompt_ids
 from ..models import LoadedModel
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule
-from ..validation import check_int, check_type
+from ..validation import check_type
 from .cache import CachedLM
-from .proposers import Proposal, check_same_vocabulary
-from .rounds import RoundRecord, commit_round, verify_round
-from .stats import SpecStats
+from .proposers import Proposer
+from .rounds import Draft, SpecSequence, clip_draft, finish_round
+from .stats import RoundRecord, SpecStats
 
 
 @dataclass
@@ -42,75 +44,84 @@ class SpeculativeResult:
     seconds: float
 
 
+@dataclass
+class _Loop:
+    """What a proposer sees of this loop: the target (no paged cache here)."""
+
+    target: LoadedModel
+
+
 @torch.no_grad()
-def speculative_generate(target: LoadedModel, proposer, prompt: str | Sequence[int],
-                         params: SamplingParams = GREEDY, *, gamma: int = 4,
-                         max_new_tokens: int | None = None,
+def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | Sequence[int],
+                         params: SamplingParams = GREEDY, *, max_new_tokens: int | None = None,
                          generator: torch.Generator | None = None) -> SpeculativeResult:
     """Generate with speculative decoding: draft γ, verify in one target forward, roll back.
 
     The target's KV cache holds every committed token but the last; each round feeds
-    ``[last, d_1..d_k]`` (k+1 tokens), verifies with :func:`verify_round`, appends the accepted
-    prefix and the target's token under the request's :class:`~labsupport.stopping.StopRule`
-    (:func:`commit_round`: anything after the stopping point in the block is discarded), then crops the KV of
-    rejected tokens from both caches (``DynamicCache.crop(-k)``).
+    ``[last, d_1..d_k]`` (k+1 tokens), verifies and commits with :func:`finish_round` (tokens
+    after the stopping point are discarded), then crops the KV of rejected tokens.
 
     Args:
         target: the target model.
-        proposer: :class:`DraftModelProposer` or :class:`NgramProposer` (anything with
-            ``start(prompt_ids)``, ``propose(seq, γ, params, generator) -> Proposal``,
-            ``forwards``, ``seconds``).
+        proposer: a chain proposer that needs nothing of the target's cache — a
+            :class:`~.proposers.DraftModelProposer` or :class:`~.proposers.NgramProposer`
+            (γ is its ``num_speculative_tokens``; a round never drafts more than it could emit).
         prompt: text or token ids.
-        params: sampling settings, applied identically to target and draft; greedy →
-            output token-identical to greedy target decoding.
-        gamma: draft length γ ≥ 1 (shortened near ``max_new_tokens``: a round never drafts
-            more than it could emit).
-        max_new_tokens: default ``params.max_tokens``.
+        params: sampling settings, applied identically to target and draft (penalties,
+            ``min_tokens``, stop ids and strings, structured output — the grammar masks every
+            verified row); greedy → output token-identical to greedy target decoding. One call
+            makes one sample (``params.n`` is for the engines).
+        max_new_tokens: default ``params.max_tokens``; cut to the context window.
         generator: for drafting and verification (default: seeded from ``params.seed``).
 
     Returns:
         :class:`SpeculativeResult` with per-round records and :class:`SpecStats`.
 
     Raises:
-        TypeError: γ not an integer.
-        ValueError: empty prompt, γ < 1, a prompt that fills the context window, a draft
-            whose vocabulary differs from the target's, or ``params.structured_output`` set.
+        TypeError: ``params`` not SamplingParams, ``proposer`` not a Proposer.
+        ValueError: empty prompt, a prompt that fills the context window, a draft whose
+            vocabulary differs from the target's, or a proposer that needs the paged engine
+            (self-speculation, Medusa, lookahead: use :class:`~.engine.SpeculativeEngine`).
     """
-    gamma = check_int("gamma", gamma, 1)
     check_type("params", params, SamplingParams)
-    if params.structured_output is not None:
-        raise ValueError("structured_output is not supported with speculative decoding "
-                         "(the draft would need the grammar too); use generate() or LLMEngine")
-    if getattr(proposer, "draft", None) is not None:          # however the proposer was built
-        check_same_vocabulary(target, proposer.draft)
+    if not isinstance(proposer, Proposer):
+        raise TypeError(f"proposer must be a Proposer, got {type(proposer).__name__}")
+    if proposer.needs_paged_target:
+        raise ValueError(f"the {proposer.name} proposer reads the target's paged cache or hidden states; "
+                         "run it with SpeculativeEngine")
     ids = _prompt_ids(target, prompt)
     max_new = _check_length(target, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=target.device).manual_seed(params.seed)
-    rule = StopRule.from_params(params, target.eos_token_ids, max_new)
+    loop = _Loop(target)
+    s = SpecSequence("0", list(ids), [], params, generator, StopRule.from_params(params, target.eos_token_ids, max_new),
+                     max_new, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens),
+                     grammar=_grammar(target, params))
     t0 = time.perf_counter()
     tgt = CachedLM(target)
     if len(ids) > 1:
         tgt.forward(ids[:-1])                                   # prefill
-    proposer.start(ids)
-    stats = SpecStats(gamma=gamma)
-    stats.prefill_seconds = time.perf_counter() - t0
-    seq, new, rounds = list(ids), [], []
-    finish = None
-    while finish is None:
-        g = min(gamma, max_new - len(new) - 1)                  # never draft more than can be emitted
-        prop = (proposer.propose(seq, g, params, generator, prompt_len=len(ids), end_ids=rule.end_ids)
-                if g > 0 else Proposal([]))
+    proposer.start(loop, [s])
+    s.stats.prefill_seconds = time.perf_counter() - t0
+    forwards0 = proposer.forwards
+    while s.finish_reason is None:
         t1 = time.perf_counter()
+        draft = clip_draft(proposer.propose(loop, [s]).get("0", Draft()), s.room, s.token_ids[-1],
+                           proposer.max_draft_tokens)
+        if draft.parents is not None:
+            raise ValueError(f"the {proposer.name} proposer drafted a token tree; trees need SpeculativeEngine")
+        t2 = time.perf_counter()
+        seq = s.token_ids
         tgt.sync(seq)
-        logits = tgt.forward(seq[len(tgt.cached):] + prop.tokens)[-(len(prop.tokens) + 1):]   # (k+1, V)
-        rec = verify_round(logits, prop, seq, params, generator, prompt_len=len(ids), end_ids=rule.end_ids)
-        stats.target_seconds += time.perf_counter() - t1
-        stats.target_forwards += 1
-        finish = commit_round(rec, seq, new, rule, target.decode)
-        rounds.append(rec)
-        stats.add(rec)
-    stats.draft_forwards, stats.draft_seconds = proposer.forwards, proposer.seconds
-    return SpeculativeResult(prompt_ids=ids, token_ids=new, text=rule.text(new, finish, target.decode),
-                             finish_reason=finish, rounds=rounds, stats=stats,
+        logits = tgt.forward(seq[len(tgt.cached):] + draft.tokens)[-(len(draft.tokens) + 1):]   # (k+1, V)
+        _, path = finish_round(logits, draft, s, target.decode)
+        s.stats.draft_seconds += t2 - t1
+        s.stats.target_seconds += time.perf_counter() - t2
+        if s.finish_reason is None:
+            proposer.observe(loop, s, draft, path, None, logits)
+    proposer.finish(loop, s)
+    s.stats.draft_forwards = proposer.forwards - forwards0
+    return SpeculativeResult(prompt_ids=ids, token_ids=s.output_ids,
+                             text=s.stop_rule.text(s.output_ids, s.finish_reason, target.decode),
+                             finish_reason=s.finish_reason, rounds=s.rounds, stats=s.stats,
                              seconds=time.perf_counter() - t0)

@@ -1,235 +1,263 @@
-"""Speculative decoding on the paged KV cache: draft, verify a whole batch in one forward, roll back.
+"""The speculative engine: :class:`~labsupport.engine.LLMEngine` whose step is a draft-verify round.
 
-Built on two operations of the paged cache:
+One class runs every method — a draft model, n-gram prompt lookup, self-speculation, Medusa
+heads, lookahead — through one :class:`~labsupport.speculative.proposers.Proposer` protocol,
+as vLLM runs them behind ``speculative_config={"method": …, "num_speculative_tokens": γ}``.
+Requests, ids, sampling settings, the context window, stop rules, structured output, ``n``
+samples, aborts and :class:`~labsupport.engine.RequestOutput` are the plain engine's; only
+``step`` differs. One step:
 
-* :func:`~labsupport.engine.extend.extend` reserves slots for several new tokens per sequence
-  (``BlockManager.reserve``) and runs them in **one** forward
-  (``ModelRunner.extend``), returning the logits of every one — the verification of
-  ``[last, d_1..d_γ]`` for every running sequence at once;
-* ``BlockManager.truncate(seq_id, n)`` keeps the first ``n`` tokens: the slots of rejected
-  draft tokens are overwritten next round and blocks past the new end go back to the pool.
+1. admit waiting requests first come first served while the pool can *reserve* every block
+   they could ever need (prompt + ``max_tokens`` + the largest draft), so no preemption is
+   ever needed; prefill each admitted prompt but its last token (:func:`~labsupport.engine.extend.extend`);
+2. the proposer drafts for every running sequence (a :class:`~.rounds.Draft`: a chain, or a
+   token tree under greedy settings), cut to what each request may still emit;
+3. the target verifies every sequence's ``[last, draft…]`` in **one** forward through the paged
+   cache (``extend`` with the tree attention mask where needed, hidden states returned);
+4. :func:`~.rounds.finish_round` — the exact rejection rule (a chain) or the longest agreeing
+   greedy path (a tree), then the commit under the request's stop rule;
+5. the accepted tree nodes' K/V move into place (:func:`~.tree.compact_kv`), the rejected
+   slots go back to the pool (``BlockManager.truncate``), and the proposer observes the round.
 
-A draft model gets its own runner and block manager (its own paged KV cache); n-gram prompt
-lookup needs none. Drafting is :func:`~labsupport.speculative.proposers.draft_tokens` (one
-batched draft forward per step for every sequence), verification
-:func:`~labsupport.speculative.rounds.verify_round` and committing
-:func:`~labsupport.speculative.rounds.commit_round` under each request's
-:class:`~labsupport.stopping.StopRule` — the same code as the plain loop — with a
-``torch.Generator`` per request.
-
-Scheduling is deliberately simple (the subject here is the round, not the scheduler):
-requests are admitted first come first served while the pool can *reserve* every block
-they could ever need (prompt + ``max_new_tokens`` + γ), so no preemption is needed; a
-request that could never fit finishes with ``finish_reason="error"``.
+A :class:`~.policy.SpecPolicy` switches drafting off when the batch is large (vLLM's
+``disable_by_batch_size``); ``proposer=None`` is plain decoding through the same code (the fair
+baseline of every measurement).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 import torch
 
-from ..engine.block_manager import BlockManager
+from ..engine.engine import LLMEngine
 from ..engine.extend import extend
-from ..engine.model_runner import ModelRunner
-from ..generation import _prompt_ids
-from ..models import LoadedModel
-from ..sampling import GREEDY, SamplingParams
-from ..stopping import StopRule
-from ..validation import check_int, check_type
-from .proposers import DraftRequest, Proposal, check_same_vocabulary, draft_tokens, lookup_ngram
-from .rounds import RoundRecord, commit_round, verify_round
+from ..engine.outputs import RequestOutput
+from ..engine.sequence import SequenceStatus
+from ..validation import check_bool
+from .config import SpeculativeConfig, make_proposer
+from .policy import SpecPolicy
+from .proposers import Proposer
+from .rounds import Draft, SpecSequence, clip_draft, finish_round
 from .stats import SpecStats
+from .tree import compact_kv
+
+__all__ = ["SpeculativeEngine"]
 
 
-@dataclass
-class SpecRequestOutput:
-    """A finished request: ids, text (EOS and stop string cut as in ``generate``), reason, rounds."""
-
-    request_id: str
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str
-    error: str | None = None
-    rounds: list[RoundRecord] = field(default_factory=list)
-    stats: SpecStats | None = None
-
-
-@dataclass
-class _Seq:
-    rid: str
-    prompt_ids: list[int]
-    max_new: int
-    params: SamplingParams
-    generator: torch.Generator | None
-    rule: StopRule
-    reserved: int
-    stats: SpecStats
-    seq: list[int] = field(default_factory=list)
-    new: list[int] = field(default_factory=list)
-    rounds: list[RoundRecord] = field(default_factory=list)
-    finish: str | None = None
-
-
-class SpecDecodeEngine:
-    """Batched speculative decoding over paged KV caches.
+class SpeculativeEngine(LLMEngine):
+    """A paged-KV engine that drafts and verifies every step (speculative decoding).
 
     Args:
-        target: the target model (GPT-2 family).
-        draft: a draft model sharing the target's vocabulary, or ``None`` for n-gram lookup.
-        gamma: draft length γ ≥ 1 (``0`` = plain decoding through the same code path).
-        block_size, num_blocks: the target's KV pool (the draft gets a pool of the same shape).
-        max_num_seqs: most sequences in one round.
-        max_ngram: longest n-gram suffix tried by prompt lookup.
-        seed: base seed of per-request generators (request i uses ``params.seed`` or seed + i).
+        lm: the target (a :class:`~labsupport.models.LoadedModel` of the GPT-2 family).
+        proposer: a :class:`~.proposers.Proposer`, a ``speculative_config`` (a
+            :class:`~.config.SpeculativeConfig` or its dict, e.g. ``{"method": "ngram",
+            "num_speculative_tokens": 4}``), or ``None`` (plain decoding, same code path).
+        policy: a :class:`~.policy.SpecPolicy` (default: always draft).
+        keep_trees: keep every tree round's tree and accepted path (for the chapter's panel).
+        config / overrides: :class:`~labsupport.engine.EngineConfig` settings, as ``LLMEngine``
+            (``block_size``, ``num_blocks``, ``max_num_seqs``, ``seed`` …). Prefix caching,
+            chunked prefill and swapping are not combined with speculation here.
 
     Attributes:
-        block_manager / runner: the target's; ``draft_block_manager`` / ``draft_runner`` the
-        draft's (None for n-gram). ``eos_token_ids``: every end-of-sequence id of the target
-        (config, generation config, tokenizer — as ``LLMEngine``). ``num_rounds``: verification forwards so far;
-        ``peak_blocks``: most target blocks in use at once.
+        proposer, policy, speculative_config: as given (``speculative_config`` None for an object).
+        num_rounds: verification forwards. speculative_rounds: rounds the policy let draft.
+        num_verified_tokens: tokens fed to verification forwards (roots included), all sequences.
+        draft_seconds / target_seconds: time drafting / verifying since construction.
+        peak_blocks: most target blocks in use at once.
 
     Raises:
-        TypeError: a size that is not an integer.
-        ValueError: draft and target vocabularies differ, or a size out of range.
+        TypeError: a proposer that is not a Proposer, config or None; a flag that is not a bool.
+        ValueError: an unknown method or setting, ``enable_prefix_caching``,
+            ``enable_chunked_prefill`` or ``preemption_mode="swap"``.
     """
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *, gamma: int = 4,
-                 block_size: int = 16, num_blocks: int = 256, max_num_seqs: int = 8, max_ngram: int = 3,
-                 seed: int = 0):
-        gamma = check_int("gamma", gamma, 0)
-        max_num_seqs = check_int("max_num_seqs", max_num_seqs, 1)
-        max_ngram = check_int("max_ngram", max_ngram, 1)
-        seed = check_int("seed", seed, 0, 2 ** 63 - 1)
-        if draft is not None:
-            check_same_vocabulary(target, draft)
-        self.target, self.draft, self.gamma = target, draft, gamma
-        self.max_num_seqs, self.max_ngram, self.seed = max_num_seqs, max_ngram, seed
-        self.runner = ModelRunner(target, block_size, num_blocks)
-        self.block_manager = BlockManager(num_blocks, block_size)
-        self.draft_runner = ModelRunner(draft, block_size, num_blocks) if draft is not None else None
-        self.draft_block_manager = BlockManager(num_blocks, block_size) if draft is not None else None
-        self.eos_token_ids = target.eos_token_ids         # every EOS id, as LLMEngine counts them
-        self.num_rounds = 0
-        self.peak_blocks = 0
-        self.draft_seconds = 0.0
-        self.target_seconds = 0.0
+    def __init__(self, lm, proposer: Proposer | SpeculativeConfig | Mapping | None = None, *,
+                 policy: SpecPolicy | None = None, keep_trees: bool = False, config=None, **overrides):
+        super().__init__(lm, config, **overrides)
+        for name in ("enable_prefix_caching", "enable_chunked_prefill"):
+            if getattr(self.config, name):
+                raise ValueError(f"{name}=True is not supported by SpeculativeEngine; use LLMEngine")
+        if self.config.preemption_mode != "recompute":
+            raise ValueError("preemption_mode='swap' is not supported by SpeculativeEngine (it never preempts)")
+        if self.tokenizer is None:
+            raise ValueError("SpeculativeEngine needs a LoadedModel (model + tokenizer), got a bare model")
+        self.speculative_config = None
+        if isinstance(proposer, (SpeculativeConfig, Mapping)):
+            self.speculative_config = SpeculativeConfig.from_any(proposer)
+            proposer = make_proposer(self.speculative_config, lm)
+        if proposer is not None and not isinstance(proposer, Proposer):
+            raise TypeError(f"proposer must be a Proposer, a speculative_config or None, got {type(proposer).__name__}")
+        if policy is not None and not isinstance(policy, SpecPolicy):
+            raise TypeError(f"policy must be a SpecPolicy or None, got {type(policy).__name__}")
+        self.proposer, self.policy = proposer, policy
+        self.keep_trees = check_bool("keep_trees", keep_trees)
+        self.target = lm
+        self.spec: dict[str, SpecSequence] = {}
+        self._reserved: dict[str, int] = {}
+        self.num_rounds = self.speculative_rounds = self.num_verified_tokens = self.peak_blocks = 0
+        self.draft_seconds = self.target_seconds = 0.0
 
-    # ------------------------------------------------------------------ public
+    @property
+    def num_speculative_tokens(self) -> int:
+        """γ of the proposer (0 without one)."""
+        return 0 if self.proposer is None else self.proposer.num_speculative_tokens
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return 0 if self.proposer is None else self.proposer.max_draft_tokens
+
+    # ------------------------------------------------------------------ requests
+    def abort_request(self, request_id) -> list[RequestOutput]:
+        """As :meth:`LLMEngine.abort_request`; the proposer's state of each request goes too."""
+        outs = super().abort_request(request_id)
+        for o in outs:
+            self._release(o.request_id)
+        return outs
+
+    def _release(self, rid: str) -> None:
+        self._reserved.pop(rid, None)
+        s = self.spec.get(rid)
+        if s is not None and self.proposer is not None:
+            self.proposer.finish(self, s)
+
+    def output(self, request_id: str) -> RequestOutput:
+        """The request's :class:`RequestOutput`, with its ``spec_stats``, ``rounds`` and ``trees``."""
+        out = super().output(request_id)
+        s = self.spec.get(request_id)
+        if s is not None:
+            out.spec_stats, out.rounds, out.trees = s.stats, s.rounds, s.trees
+        return out
+
+    # ------------------------------------------------------------------ one step
     @torch.no_grad()
-    def generate(self, prompts: Sequence[str | Sequence[int]], params: SamplingParams = GREEDY,
-                 max_new_tokens: int | None = None) -> list[SpecRequestOutput]:
-        """Run every prompt to the end; outputs in prompt order.
+    def step(self) -> list[RequestOutput]:
+        """Admit and prefill, then one draft-verify round over every running sequence.
 
-        Raises:
-            TypeError: ``params`` not a SamplingParams, ``max_new_tokens`` not an integer.
-            ValueError: an empty prompt, ids outside the vocabulary, ``max_new_tokens < 1``, or
-            ``params.structured_output`` set (not supported with speculative decoding).
-            A prompt that fills the context window finishes with ``"error"``; one that fits runs
-            until ``max_tokens`` or the window is full (``"length"``).
+        Returns:
+            outputs of the requests that got tokens or finished in this step.
         """
-        check_type("params", params, SamplingParams)
-        if params.structured_output is not None:
-            raise ValueError("structured_output is not supported by SpecDecodeEngine; use LLMEngine")
-        requested = check_int("max_new_tokens", params.max_tokens if max_new_tokens is None else max_new_tokens, 1)
-        limit = self.runner.max_positions
-        waiting = []
-        for i, prompt in enumerate(prompts):
-            ids = _prompt_ids(self.target, prompt)
-            max_new = max(1, min(requested, limit - len(ids)))      # the context window: run until it is full
-            seed = params.seed if params.seed is not None else self.seed + i
-            gen = torch.Generator(device=self.target.device).manual_seed(seed)
-            need = self.block_manager.blocks_needed(len(ids) + max_new + self.gamma)
-            rule = StopRule.from_params(params, self.eos_token_ids, max_new)
-            waiting.append(_Seq(rid=str(i), prompt_ids=ids, max_new=max_new, params=params, generator=gen,
-                                rule=rule, reserved=need, stats=SpecStats(gamma=self.gamma), seq=list(ids)))
-        done: dict[str, SpecRequestOutput] = {}
-        running: list[_Seq] = []
-        while waiting or running:
-            admitted = []
-            while waiting and len(running) < self.max_num_seqs:
-                s = waiting[0]
-                if len(s.prompt_ids) >= limit or s.reserved > self.block_manager.num_blocks:
-                    waiting.pop(0)
-                    done[s.rid] = self._output(s, error=f"needs {s.reserved} blocks / "
-                                               f"{len(s.prompt_ids) + s.max_new} positions; the pool has "
-                                               f"{self.block_manager.num_blocks} blocks, n_positions {limit}")
-                    continue
-                if sum(r.reserved for r in running) + s.reserved > self.block_manager.num_blocks:
-                    break
-                running.append(waiting.pop(0))
-                admitted.append(s)
-            if not running:
+        reported, self._reported = self._reported, []
+        self._admit(self.config.clock())
+        running = [self.spec[s.seq_id] for s in self.scheduler.running]
+        finished = self._round(running) if running else []
+        self.step_count += 1
+        self._last_finished = finished + reported
+        return [self.output(rid) for rid in reported + [s.request_id for s in running]]
+
+    def _admit(self, now: float) -> list[str]:
+        """Move waiting requests to running while their whole reservation fits; prefill them.
+
+        A request with ``n > 1`` puts its other samples at the front of the queue (each is then
+        admitted and prefilled like a request of its own, with its own seed)."""
+        sched, bm, cfg = self.scheduler, self.block_manager, self.config
+        admitted = []
+        while sched.waiting and len(sched.running) < cfg.max_num_seqs:
+            seq = sched.waiting[0]
+            need = bm.blocks_needed(seq.num_tokens + seq.max_new_tokens + self.max_draft_tokens)
+            if need > bm.num_blocks:
+                sched.waiting.popleft()
+                self._fail(seq, f"request needs {need} blocks (prompt + max_tokens + a draft of "
+                                f"{self.max_draft_tokens}) but the pool has {bm.num_blocks}", now)
                 continue
-            self._prefill(admitted)
-            self._round(running)
-            for s in [r for r in running if r.finish]:
-                self.block_manager.free(s.rid)
-                if self.draft_block_manager is not None and self.draft_block_manager.has_seq(s.rid):
-                    self.draft_block_manager.free(s.rid)
-                running.remove(s)
-                done[s.rid] = self._output(s)
-        return [done[str(i)] for i in range(len(prompts))]
+            if sum(self._reserved.values()) + need > bm.num_blocks:
+                break
+            sched.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            sched.running.append(seq)
+            self._reserved[seq.seq_id] = need
+            admitted.append(seq.seq_id)
+            req = self.requests[seq.seq_id]
+            if req.params.n > 1 and not req.forked:
+                self._fork(req, req.params.n - 1, share_blocks=False)
+        if not admitted:
+            return []
+        todo = {rid: self.requests[rid].seq.token_ids[:-1] for rid in admitted
+                if len(self.requests[rid].seq.token_ids) > 1}
+        out = extend(self.runner, bm, todo, all_logits=False, return_hidden=True) if todo else {}
+        new = []
+        for rid in admitted:
+            self.requests[rid].metrics.first_scheduled_time = now
+            s = self._spec_sequence(self.requests[rid])
+            s.state["prefill_hidden"] = out[rid][0][-1] if rid in out else None
+            new.append(s)
+        if self.proposer is not None:
+            self.proposer.start(self, new)
+        return admitted
 
-    # ------------------------------------------------------------------ one round for the batch
-    def _prefill(self, seqs: list[_Seq]) -> None:
-        """Put every prompt but its last token into the target's (and draft's) paged cache."""
-        todo = {s.rid: s.prompt_ids[:-1] for s in seqs if len(s.prompt_ids) > 1}
-        if todo:
-            extend(self.runner, self.block_manager, todo, all_logits=False)
-            if self.draft_runner is not None:
-                extend(self.draft_runner, self.draft_block_manager, todo, all_logits=False)
+    def _spec_sequence(self, req) -> SpecSequence:
+        gen = req.generator
+        if gen is None and not req.params.greedy:
+            gen = self.generator
+        s = SpecSequence(req.seq.seq_id, req.seq.prompt_ids, req.seq.output_ids, req.params, gen, req.stop_rule,
+                         req.seq.max_new_tokens, SpecStats(num_speculative_tokens=max(1, self.num_speculative_tokens)),
+                         grammar=req.grammar)
+        self.spec[s.request_id] = s
+        return s
 
-    def _propose(self, seqs: list[_Seq], gammas: dict[str, int]) -> dict[str, Proposal]:
-        """Draft for every sequence: n-gram lookup, or the draft model in one forward per step."""
+    def _fail(self, seq, why: str, now: float) -> None:
+        seq.finish_reason, seq.error, seq.status = "error", why, SequenceStatus.FINISHED
+        self.requests[seq.seq_id].metrics.finish_time = now
+        self._reported.append(seq.seq_id)
+
+    def _round(self, seqs: list[SpecSequence]) -> list[str]:
+        """Draft, verify all sequences in one target forward, commit, give back rejected slots."""
         t0 = time.perf_counter()
-        if self.draft_runner is None:
-            props = {s.rid: Proposal(lookup_ngram(s.seq, gammas[s.rid], self.max_ngram)) for s in seqs}
-        else:
-            bm = self.draft_block_manager
-            requests = {s.rid: DraftRequest(feed=s.seq[bm.num_tokens(s.rid) if bm.has_seq(s.rid) else 0:],
-                                            history=s.seq, gamma=gammas[s.rid], params=s.params,
-                                            generator=s.generator, prompt_len=len(s.prompt_ids),
-                                            end_ids=s.rule.end_ids) for s in seqs}
-
-            def next_logits(feed: dict[str, list[int]]) -> dict[str, torch.Tensor]:
-                return {rid: rows[-1] for rid, rows in extend(self.draft_runner, bm, feed, all_logits=False).items()}
-
-            props = draft_tokens(next_logits, requests)
-        self.draft_seconds += time.perf_counter() - t0
-        return props
-
-    def _round(self, seqs: list[_Seq]) -> None:
-        """Draft for every sequence, verify all of them in one target forward, commit, roll back."""
-        gammas = {s.rid: min(self.gamma, s.max_new - len(s.new) - 1) for s in seqs}
-        props = self._propose(seqs, gammas)
-        t0 = time.perf_counter()
+        speculate = self.proposer is not None and (self.policy is None or self.policy.speculate(len(seqs)))
+        drafts = self.proposer.propose(self, seqs) if speculate else {}
+        drafts = {s.request_id: clip_draft(drafts.get(s.request_id, Draft()), s.room, s.token_ids[-1],
+                                           self.max_draft_tokens) for s in seqs}
+        t1 = time.perf_counter()
+        self.draft_seconds += t1 - t0
+        self.speculative_rounds += int(speculate)
         bm = self.block_manager
-        feed = {s.rid: s.seq[bm.num_tokens(s.rid) if bm.has_seq(s.rid) else 0:] + props[s.rid].tokens for s in seqs}
-        logits = extend(self.runner, bm, feed)                                      # {rid: (len, V)}
+        feeds = {s.request_id: s.token_ids[bm.num_tokens(s.request_id) if bm.has_seq(s.request_id) else 0:]
+                 + drafts[s.request_id].tokens for s in seqs}
+        out = extend(self.runner, bm, feeds, tree_parents=self._tree_parents(feeds, drafts), return_hidden=True)
         self.peak_blocks = max(self.peak_blocks, bm.num_used_blocks)
         self.num_rounds += 1
+        self.num_verified_tokens += sum(1 + len(d.tokens) for d in drafts.values())
+        now, finished = self.config.clock(), []
         for s in seqs:
-            prop, before = props[s.rid], len(s.seq)
-            rec = verify_round(logits[s.rid][-(len(prop.tokens) + 1):], prop, s.seq, s.params, s.generator,
-                               prompt_len=len(s.prompt_ids), end_ids=s.rule.end_ids)
-            s.finish = commit_round(rec, s.seq, s.new, s.rule, self.target.decode)
-            s.rounds.append(rec)
-            s.stats.add(rec)
-            s.stats.target_forwards += 1
-            # the cache keeps the committed prefix; the rejected drafts' slots are given back
-            keep = before + rec.num_accepted
-            bm.truncate(s.rid, keep)
-            if self.draft_block_manager is not None and self.draft_block_manager.has_seq(s.rid):
-                dbm = self.draft_block_manager
-                dbm.truncate(s.rid, min(keep, dbm.num_tokens(s.rid)))
-        self.target_seconds += time.perf_counter() - t0
+            d, (hidden, logits) = drafts[s.request_id], out[s.request_id]
+            k = 1 + len(d.tokens)
+            hidden, logits = hidden[-k:], logits[-k:]
+            before = len(s.prompt_ids) + len(s.output_ids)
+            rec, path = finish_round(logits, d, s, self.tokenizer.decode, self.keep_trees)
+            if d.parents is not None:
+                compact_kv(self.runner, bm, s.request_id, before - 1, path)
+            bm.truncate(s.request_id, before + rec.num_accepted)
+            metrics = self.requests[s.request_id].metrics
+            metrics.token_times.extend([now] * len(rec.emitted))
+            if metrics.first_token_time is None and rec.emitted:
+                metrics.first_token_time = now
+            if s.finish_reason is not None:
+                self._finish(s, now)
+                finished.append(s.request_id)
+            elif self.proposer is not None:
+                self.proposer.observe(self, s, d, path, hidden, logits)
+        self.target_seconds += time.perf_counter() - t1
+        return finished
 
-    def _output(self, s: _Seq, error: str | None = None) -> SpecRequestOutput:
-        if error is not None:
-            return SpecRequestOutput(s.rid, s.prompt_ids, [], "", "error", error)
-        return SpecRequestOutput(s.rid, s.prompt_ids, list(s.new), s.rule.text(s.new, s.finish, self.target.decode),
-                                 s.finish, None, s.rounds, s.stats)
+    @staticmethod
+    def _tree_parents(feeds, drafts):
+        """Parents over each sequence's fed tokens (``[uncached…, root, nodes…]``) for tree drafts."""
+        if all(d.parents is None for d in drafts.values()):
+            return None
+        parents = {}
+        for rid, d in drafts.items():
+            if d.parents is None:
+                continue
+            lead = len(feeds[rid]) - 1 - len(d.tokens)                 # committed tokens fed before the root
+            chain = list(range(-1, lead))                              # …a causal chain up to the root
+            parents[rid] = chain + [lead + p if p >= 0 else -1 for p in d.parents[1:]]
+        return parents
+
+    def _finish(self, s: SpecSequence, now: float) -> None:
+        req = self.requests[s.request_id]
+        if self.kv_connector is not None:
+            self.kv_connector.request_finished(self, req.seq, self.block_manager.block_table(s.request_id))
+        self._release(s.request_id)
+        self.scheduler.finish(req.seq, s.finish_reason)
+        req.metrics.finish_time = now

@@ -7,12 +7,18 @@ run the target once over the guesses, replace every guess by the target's arg-ma
 its predecessor, repeat. A guess that happens to be right is a free token; the trajectories
 also produce n-grams that often recur later (the *pool*).
 
-Ours in one tree forward per round (:mod:`.tree`): under the pending token hang (a) the
+Jacobi's defining property: started from any guess, after at most ``W`` iterations the window
+*is* the greedy continuation — each iteration fixes at least its first wrong position, because
+the target's arg-max after a correct prefix is the correct next token. Lookahead keeps the
+trajectories' n-grams and verifies the ones that start with the pending token.
+
+Ours, in one tree forward per round (:mod:`.tree`): under the pending token hang (a) the
 pool's n-grams that start with it and (b) the Jacobi window as a chain. The greedy path the
 target agrees with is accepted — token-identical to greedy decoding — and the window moves
 on by the tokens emitted, refined by the target's arg-max at every window node. This is a
-simplified lookahead: one Jacobi window (the paper keeps ``N − 1`` levels of it in a 2-D
-branch) and the pool also learns the committed text's own n-grams (like prompt lookup).
+simplification of the paper: one Jacobi level (the paper keeps ``N − 1`` levels of the window
+in a 2-D branch), and the pool also learns the committed text's own n-grams (like prompt
+lookup), so its gain is part Jacobi, part lookup (the chapter separates the two).
 Sampling uses the best pool candidate as a deterministic chain (``q`` one-hot), exact.
 """
 
@@ -21,12 +27,13 @@ from __future__ import annotations
 import time
 
 from ..validation import check_int
-from .variants import Draft
+from .proposers import Proposer
+from .rounds import Draft
 
 __all__ = ["LookaheadProposer"]
 
 
-class LookaheadProposer:
+class LookaheadProposer(Proposer):
     """Jacobi window + n-gram pool, verified as one token tree.
 
     Args:
@@ -40,20 +47,26 @@ class LookaheadProposer:
     """
 
     name = "lookahead"
+    needs_paged_target = True
 
     def __init__(self, window: int = 4, ngram: int = 4, max_candidates: int = 3, pool_size: int = 8):
         self.window = check_int("window", window, 1)
         self.ngram = check_int("ngram", ngram, 2)
         self.max_candidates = check_int("max_candidates", max_candidates, 0)
         self.pool_size = check_int("pool_size", pool_size, 1)
-        self.depth = max(self.window, self.ngram - 1)
+        super().__init__(max(self.window, self.ngram - 1))           # γ: the tree's depth
         self.seconds = 0.0
 
-    def start(self, engine, s) -> None:
-        s.state["pool"] = {}
-        s.state["window"] = (list(s.prompt_ids[-self.window:]) * self.window)[:self.window]   # any guess will do
-        s.state["pooled_upto"] = 0
-        self._learn_text(s)
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.window + self.max_candidates * (self.ngram - 1)
+
+    def start(self, engine, seqs) -> None:
+        for s in seqs:
+            s.state["pool"] = {}
+            s.state["window"] = (list(s.prompt_ids[-self.window:]) * self.window)[:self.window]   # any guess
+            s.state["pooled_upto"] = 0
+            self._learn_text(s)
 
     def _add(self, pool: dict, key: int, cont: tuple[int, ...]) -> None:
         grams = pool.setdefault(key, [])
@@ -64,7 +77,7 @@ class LookaheadProposer:
 
     def _learn_text(self, s) -> None:
         """n-grams of the committed text not pooled yet."""
-        seq, n = s.seq, self.ngram
+        seq, n = s.token_ids, self.ngram
         for i in range(max(0, s.state["pooled_upto"] - n), len(seq) - n + 1):
             self._add(s.state["pool"], seq[i], tuple(seq[i + 1:i + n]))
         s.state["pooled_upto"] = len(seq)
@@ -73,10 +86,10 @@ class LookaheadProposer:
         t0 = time.perf_counter()
         out = {}
         for s in seqs:
-            root = s.seq[-1]
+            root = s.token_ids[-1]
             cands = s.state["pool"].get(root, [])[:self.max_candidates]
-            if not s.params.is_plain_greedy:
-                out[s.rid] = Draft(list(cands[0]) if cands else [], None, None)
+            if not s.params.greedy:
+                out[s.request_id] = Draft(list(cands[0]) if cands else [], None, None)
                 continue
             tokens, parents, children = [root], [-1], {}
             window_nodes = []
@@ -92,11 +105,11 @@ class LookaheadProposer:
                     if is_window:
                         window_nodes.append(node)
             s.state["window_nodes"] = window_nodes
-            out[s.rid] = Draft(tokens[1:], parents)
+            out[s.request_id] = Draft(tokens[1:], parents)
         self.seconds += time.perf_counter() - t0
         return out
 
-    def observe(self, engine, s, draft, hidden, logits, last_node) -> None:
+    def observe(self, engine, s, draft, path, hidden, logits) -> None:
         """Jacobi update of the window and new n-grams from the target's arg-max along it."""
         top = logits.argmax(-1).tolist()
         nodes = s.state.get("window_nodes") if draft.parents is not None else None
@@ -108,5 +121,5 @@ class LookaheadProposer:
             nxt = refined[emitted:emitted + self.window]
         else:
             nxt = s.state["window"][emitted:]
-        s.state["window"] = (nxt + [s.seq[-1]] * self.window)[:self.window]
+        s.state["window"] = (nxt + [s.token_ids[-1]] * self.window)[:self.window]
         self._learn_text(s)

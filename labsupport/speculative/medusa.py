@@ -28,6 +28,7 @@ from torch import nn
 
 from ..models import MODELS_DIR, LoadedModel
 from ..validation import check_int
+from .proposers import Proposer
 
 __all__ = ["MedusaHeads", "head_accuracy", "load_medusa", "train_medusa"]
 
@@ -196,43 +197,60 @@ def train_medusa(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Te
     return heads, stats
 
 
-class MedusaProposer:
+class MedusaProposer(Proposer):
     """Draft from Medusa heads on the target's last accepted hidden state (no draft forward).
 
-    Plain greedy: a static token tree from the heads' top-k (``choices``, Medusa's "tree
+    Greedy settings: a static token tree from the heads' top-k (``choices``, Medusa's "tree
     choices"; default the full tree of ``widths``) verified in one forward. Sampling: a chain,
     head k's token drawn from its processed distribution ``q_k`` and verified with the exact
     rejection rule (the heads' q is independent of the earlier drafts, which the rule allows).
 
     Args:
-        heads: trained :class:`MedusaHeads`. widths: top-k per depth, e.g. ``(3, 2, 1)``.
-        choices: explicit tree paths instead of ``widths``.
+        heads: trained :class:`MedusaHeads` of the target's hidden size.
+        widths: top-k per depth, e.g. ``(3, 2, 1)``. choices: explicit tree paths instead.
+
+    Attributes:
+        num_speculative_tokens: γ = the tree's depth (one head per level).
 
     Raises:
-        ValueError: a tree deeper than the number of heads.
+        TypeError: ``heads`` not MedusaHeads.
+        ValueError: no tree choice, a tree deeper than the number of heads, or (at :meth:`start`)
+            heads whose hidden size is not the target's.
     """
 
     name = "Medusa heads"
+    needs_paged_target = True
 
     def __init__(self, heads: MedusaHeads, widths=(3, 2, 1), choices=None):
         from .tree import choices_from_widths
-        self.heads = heads
-        self.choices = [tuple(c) for c in (choices if choices is not None else choices_from_widths(widths))]
-        self.depth = max(len(c) for c in self.choices)
-        if self.depth > heads.num_heads:
-            raise ValueError(f"the tree is {self.depth} deep but there are only {heads.num_heads} heads")
+        if not isinstance(heads, MedusaHeads):
+            raise TypeError(f"heads must be MedusaHeads, got {type(heads).__name__}")
+        choices = [tuple(c) for c in (choices if choices is not None else choices_from_widths(widths))]
+        if not choices or any(len(c) == 0 for c in choices):
+            raise ValueError(f"choices must be a non-empty list of non-empty rank paths, got {choices!r}")
+        depth = max(len(c) for c in choices)
+        if depth > heads.num_heads:
+            raise ValueError(f"the tree is {depth} deep but there are only {heads.num_heads} heads")
+        super().__init__(depth)
+        self.heads, self.choices = heads, choices
         self.width = max(c[-1] for c in self.choices) + 1
         self.head_seconds = 0.0
 
-    def start(self, engine, s) -> None:
-        s.state["hidden"] = s.state.get("prefill_hidden")      # None for a one-token prompt: a plain first round
+    @property
+    def max_draft_tokens(self) -> int:
+        return max(len(self.choices), self.num_speculative_tokens)
+
+    def start(self, engine, seqs) -> None:
+        if self.heads.n_embd != engine.runner.lm_head.shape[1]:
+            raise ValueError(f"heads have n_embd {self.heads.n_embd}, the target {engine.runner.lm_head.shape[1]}")
+        for s in seqs:
+            s.state["hidden"] = s.state.get("prefill_hidden")   # None for a one-token prompt: a plain first round
 
     @torch.no_grad()
     def propose(self, engine, seqs):
-        from ..sampling import probs_from_logits
         from .rejection import sample_from
+        from .rounds import Draft, draft_distribution
         from .tree import tree_from_choices
-        from .variants import Draft
         t0 = time.perf_counter()
         ready = [s for s in seqs if s.state.get("hidden") is not None]
         if not ready:
@@ -241,21 +259,21 @@ class MedusaProposer:
         logits = self.heads.logits(hidden, engine.runner.lm_head)                   # (K, B, V)
         out = {}
         for b, s in enumerate(ready):
-            if s.params.is_plain_greedy:
-                topk = logits[:self.depth, b].topk(self.width, dim=-1).indices.tolist()
-                tree = tree_from_choices(s.seq[-1], topk, self.choices)
-                out[s.rid] = Draft(tree.tokens[1:], tree.parents)
+            if s.params.greedy:
+                topk = logits[:self.num_speculative_tokens, b].topk(self.width, dim=-1).indices.tolist()
+                tree = tree_from_choices(s.token_ids[-1], topk, self.choices)
+                out[s.request_id] = Draft(tree.tokens[1:], tree.parents)
             else:
                 tokens, rows = [], []
-                for k in range(self.depth):
-                    q = probs_from_logits(logits[k, b:b + 1], s.params, [s.seq + tokens])[0]
+                for k in range(min(self.num_speculative_tokens, max(s.room, 0))):
+                    q = draft_distribution(logits[k, b], s, tokens)
                     tokens.append(int(sample_from(q, s.generator)))
                     rows.append(q)
-                out[s.rid] = Draft(tokens, None, torch.stack(rows))
+                out[s.request_id] = Draft(tokens, None, torch.stack(rows) if rows else None)
         self.head_seconds += time.perf_counter() - t0
         return out
 
-    def observe(self, engine, s, draft, hidden, logits, last_node) -> None:
+    def observe(self, engine, s, draft, path, hidden, logits) -> None:
         """Keep the hidden state of the last accepted node: it predicts the next token and, through
         the heads, the ones after it."""
-        s.state["hidden"] = hidden[last_node]
+        s.state["hidden"] = hidden[path[-1] if path else 0]

@@ -1,29 +1,40 @@
-"""Proposers: who drafts the γ tokens of a round, and the one loop that drafts them.
+"""Proposers: who drafts the tokens of a round — one protocol for every method — and the draft loop.
 
-* :class:`DraftModelProposer` — a small model sharing the target's vocabulary, with its own
-  KV cache (Leviathan et al. 2023; Chen et al. 2023);
-* :class:`NgramProposer` — prompt lookup: copy what followed an earlier occurrence of the
-  text's last n-gram (no model at all; vLLM's ``ngram`` speculator, Hugging Face's
-  ``prompt_lookup_num_tokens``).
+Every method implements :class:`Proposer` (vLLM calls them proposers too):
 
-:func:`draft_tokens` is the draft loop for any draft model — this module's proposer over a
-Hugging Face cache and :class:`~labsupport.speculative.engine.SpecDecodeEngine` over a paged
-cache both call it with their own ``next_logits``.
+* ``num_speculative_tokens`` — γ, the most draft tokens along one path (vLLM's name);
+  ``max_draft_tokens`` — the most tokens one draft holds (γ for a chain, the node count of a tree);
+* ``start(engine, seqs)`` — new requests (prefill a draft cache, set up per-request state);
+* ``propose(engine, seqs) -> {request_id: Draft}`` — one round's drafts for the batch;
+* ``observe(engine, s, draft, path, hidden, logits)`` — after verification: the accepted node
+  indices and the target's hidden states and logits over the verified tokens;
+* ``finish(engine, s)`` — a request ended (give back its draft cache).
+
+``engine`` is the caller: :class:`~labsupport.speculative.engine.SpeculativeEngine` (paged
+cache: ``engine.runner``, ``engine.block_manager``) or the Hugging Face loop of
+:func:`~labsupport.speculative.decode.speculative_generate` (``engine.target`` only; a proposer
+with ``needs_paged_target`` refuses it). This module holds the two methods that need nothing of
+the target: a draft model with its own paged KV cache (Leviathan et al. 2023; Chen et al. 2023)
+and n-gram prompt lookup (vLLM's ``ngram``; Hugging Face's ``prompt_lookup_num_tokens``), and
+:func:`draft_tokens`, the one loop that drafts with any model, one batched forward per step.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from ..engine.block_manager import BlockManager
+from ..engine.extend import extend
+from ..engine.model_runner import ModelRunner
 from ..models import LoadedModel
-from ..sampling import SamplingParams, probs_from_logits
-from ..validation import check_int
-from .cache import CachedLM
+from ..validation import check_int, check_type
 from .rejection import sample_from
+from .rounds import Draft, SpecSequence, draft_distribution
+
+__all__ = ["DraftModelProposer", "NgramProposer", "Proposer", "check_same_vocabulary", "draft_tokens",
+           "lookup_ngram"]
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
@@ -48,167 +59,190 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
                          f"{target.eos_token_id} vs {draft.eos_token_id}")
 
 
-@dataclass
-class Proposal:
-    """Draft tokens and the distributions they came from: ``tokens`` (k ≤ γ), ``q (k, V)`` or
-    ``None`` for a deterministic proposer (``q`` is then one-hot)."""
-
-    tokens: list[int]
-    q: torch.Tensor | None = None
-
-
-
-@dataclass
-class DraftRequest:
-    """One sequence's part of a drafting round.
+class Proposer:
+    """The proposer protocol, with do-nothing hooks (see the module docstring).
 
     Attributes:
-        feed: ids the draft's cache lacks (at least the last committed token); the first
-            draft forward feeds them.
-        history: the committed ids (prompt + output) for the penalties.
-        gamma: how many tokens to draft (0 = none).
-        params: sampling settings (the same the target is verified with).
-        generator: for the draws when ``params`` sample.
-        prompt_len: where the output starts in ``history`` (frequency / presence penalties and
-            ``min_tokens`` look at the output only). end_ids: the ids ``min_tokens`` holds back.
+        name: shown in tables and panels.
+        num_speculative_tokens: γ ≥ 1. max_draft_tokens: most tokens one draft holds.
+        needs_paged_target: True when the proposer reads the target's paged cache or hidden states.
+        forwards: draft forwards run so far (0 for proposers without a draft model).
     """
 
-    feed: list[int]
-    history: list[int]
-    gamma: int
-    params: SamplingParams
-    generator: torch.Generator | None = None
-    prompt_len: int | None = None
-    end_ids: frozenset[int] = frozenset()
+    name = "proposer"
+    needs_paged_target = False
+
+    def __init__(self, num_speculative_tokens: int):
+        self.num_speculative_tokens = check_int("num_speculative_tokens", num_speculative_tokens, 1)
+        self.forwards = 0
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.num_speculative_tokens
+
+    def start(self, engine, seqs: Sequence[SpecSequence]) -> None:
+        """New requests are running (their prompts, all but the last token, are in the target's cache)."""
+
+    def propose(self, engine, seqs: Sequence[SpecSequence]) -> dict[str, Draft]:
+        raise NotImplementedError
+
+    def observe(self, engine, s: SpecSequence, draft: Draft, path: list[int], hidden: torch.Tensor | None,
+                logits: torch.Tensor) -> None:
+        """After the round of ``s`` was verified and committed (``s.rounds[-1]``)."""
+
+    def finish(self, engine, s: SpecSequence) -> None:
+        """``s`` ended (finished or aborted)."""
 
 
-NextLogits = Callable[[dict[Hashable, list[int]]], Mapping[Hashable, torch.Tensor]]
+NextLogits = Callable[[dict[str, list[int]]], Mapping[str, torch.Tensor]]
 
 
-def draft_tokens(next_logits: NextLogits, requests: Mapping[Hashable, DraftRequest]) -> dict[Hashable, Proposal]:
-    """Draft ``requests[key].gamma`` tokens for every sequence, all of them in lockstep.
+def draft_tokens(next_logits: NextLogits, seqs: Sequence[SpecSequence], feeds: Mapping[str, list[int]],
+                 num_tokens: Mapping[str, int]) -> dict[str, Draft]:
+    """Draft ``num_tokens[id]`` tokens for every sequence, all of them in lockstep.
 
-    Each step feeds every unfinished sequence its new ids in one call of ``next_logits``
-    and picks one token per sequence: the arg-max of the raw logits when the params are
-    plain greedy (``q`` is one-hot there, nothing to keep), else a draw from ``q`` = the
-    processed draft distribution, whose rows are kept for verification.
+    Each step feeds every unfinished sequence its new ids in one call of ``next_logits`` and
+    picks one token per sequence: the arg-max of the raw logits when the params are plain
+    greedy (``q`` is one-hot there, nothing to keep), else a draw from ``q`` = the processed
+    draft distribution (:func:`~.rounds.draft_distribution`), whose rows are kept for verification.
 
     Args:
-        next_logits: ``{key: ids} → {key: logits (V,)}`` — feed ``ids`` to that sequence's
-            draft cache and return the logits after the last of them.
-        requests: one :class:`DraftRequest` per sequence.
+        next_logits: ``{id: ids} → {id: logits (V,)}`` — feed ``ids`` to that sequence's draft
+            cache and return the logits after the last of them.
+        seqs: the sequences. feeds: per sequence the ids its draft cache lacks (at least the
+            last committed token). num_tokens: per sequence how many to draft (0 = none).
 
     Returns:
-        ``{key: Proposal}`` with ``q (k, V)``, or ``q = None`` for plain greedy.
+        ``{id: Draft}`` (chains) with ``q (k, V)``, or ``q = None`` for plain greedy.
     """
-    props = {key: Proposal([]) for key in requests}
-    active = {key: r for key, r in requests.items() if r.gamma > 0}
-    rows: dict[Hashable, list[torch.Tensor]] = {key: [] for key in active}
-    feed = {key: list(r.feed) for key, r in active.items()}
-    for i in range(max((r.gamma for r in active.values()), default=0)):
+    drafts = {s.request_id: Draft() for s in seqs}
+    active = [s for s in seqs if num_tokens[s.request_id] > 0]
+    rows: dict[str, list[torch.Tensor]] = {s.request_id: [] for s in active}
+    feed = {s.request_id: list(feeds[s.request_id]) for s in active}
+    for i in range(max((num_tokens[s.request_id] for s in active), default=0)):
         logits = next_logits(feed)
         feed = {}
-        for key, r in active.items():
-            if i >= r.gamma:
+        for s in active:
+            rid, gamma = s.request_id, num_tokens[s.request_id]
+            if i >= gamma:
                 continue
-            tokens = props[key].tokens
-            if r.params.is_plain_greedy:                      # q is one-hot at the arg-max: skip it
-                tokens.append(int(logits[key].argmax()))
+            tokens = drafts[rid].tokens
+            if s.params.is_plain_greedy:                      # q is one-hot at the arg-max: skip it
+                tokens.append(int(logits[rid].argmax()))
             else:
-                q = probs_from_logits(logits[key].unsqueeze(0), r.params, [list(r.history) + tokens],
-                                      prompt_lens=r.prompt_len, end_ids=r.end_ids)[0]
-                tokens.append(int(sample_from(q, r.generator)))
-                rows[key].append(q)
-            if i < r.gamma - 1:
-                feed[key] = [tokens[-1]]
-    for key in active:
-        props[key].q = torch.stack(rows[key]) if rows[key] else None
-    return props
+                q = draft_distribution(logits[rid], s, tokens)
+                tokens.append(int(sample_from(q, s.generator)))
+                rows[rid].append(q)
+            if i < gamma - 1:
+                feed[rid] = [tokens[-1]]
+    for s in active:
+        if rows[s.request_id]:
+            drafts[s.request_id].q = torch.stack(rows[s.request_id])
+    return drafts
 
 
-class DraftModelProposer:
-    """A small draft model with its own KV cache (the independent-draft variant).
+def pool_shape(engine) -> tuple[int, int]:
+    """``(block_size, num_blocks)`` for a proposer's own paged cache: the engine's pool, or (for
+    the Hugging Face loop) 16-token blocks enough for one sequence of the model's ``n_positions``."""
+    bm = getattr(engine, "block_manager", None)
+    if bm is not None:
+        return bm.block_size, bm.num_blocks
+    return 16, -(-int(engine.target.model.config.n_positions) // 16) + 1
+
+
+class DraftModelProposer(Proposer):
+    """A small draft model with its own paged KV cache (the independent-draft method).
 
     Args:
         draft: the draft model (e.g. ``load_model("tiny-gpt2-draft")``).
-        target: the target it drafts for; checked at setup with :func:`check_same_vocabulary`.
+        target: the target it drafts for; checked with :func:`check_same_vocabulary`.
+        num_speculative_tokens: γ ≥ 1.
 
     Attributes:
-        kv: the draft's :class:`~labsupport.speculative.cache.CachedLM`.
-        forwards, seconds: draft forwards and time spent drafting since :meth:`start`.
+        runner, block_manager: the draft's cache (made at the first :meth:`start`, shaped like
+            the engine's pool). forwards: draft forwards since construction.
 
     Raises:
-        ValueError: draft and target do not share a tokenizer and vocabulary.
+        TypeError / ValueError: γ out of range; draft and target do not share a vocabulary.
     """
 
     name = "draft model"
 
-    def __init__(self, draft: LoadedModel, target: LoadedModel | None = None):
+    def __init__(self, draft: LoadedModel, target: LoadedModel | None = None, num_speculative_tokens: int = 4):
+        super().__init__(num_speculative_tokens)
+        check_type("draft", draft, LoadedModel)
         if target is not None:
             check_same_vocabulary(target, draft)
         self.draft = draft
-        self.kv = CachedLM(draft)
-        self.forwards = 0
-        self.seconds = 0.0
+        self.runner: ModelRunner | None = None
+        self.block_manager: BlockManager | None = None
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        """Reset and prefill the prompt (all but its last token)."""
-        self.kv.reset()
-        self.forwards, self.seconds = 0, 0.0
-        if len(prompt_ids) > 1:
-            self.kv.forward(prompt_ids[:-1])
+    def start(self, engine, seqs) -> None:
+        """Prefill every new prompt (all but its last token) into the draft's cache in one forward."""
+        check_same_vocabulary(engine.target, self.draft)
+        block_size, num_blocks = pool_shape(engine)
+        bm = self.block_manager
+        if bm is None or (bm.block_size, bm.num_blocks) != (block_size, num_blocks):
+            self.runner = ModelRunner(self.draft, block_size, num_blocks)
+            self.block_manager = bm = BlockManager(num_blocks, block_size)
+        for s in seqs:
+            if bm.has_seq(s.request_id):
+                bm.free(s.request_id)
+        todo = {s.request_id: s.prompt_ids[:-1] for s in seqs if len(s.prompt_ids) > 1}
+        if todo:
+            extend(self.runner, bm, todo, all_logits=False)
 
     @torch.no_grad()
-    def propose(self, seq: Sequence[int], gamma: int, params: SamplingParams,
-                generator: torch.Generator | None = None, *, prompt_len: int | None = None,
-                end_ids: frozenset[int] = frozenset()) -> Proposal:
-        """Draft ``gamma`` tokens after ``seq`` with :func:`draft_tokens`: γ draft forwards (the
-        first feeds whatever the cache lacks, usually one token)."""
-        start = time.perf_counter()
-        self.kv.sync(seq)
-        req = DraftRequest(feed=list(seq[len(self.kv.cached):]), history=list(seq), gamma=gamma,
-                           params=params, generator=generator, prompt_len=prompt_len, end_ids=end_ids)
-        prop = draft_tokens(lambda feed: {0: self.kv.forward(feed[0])[-1]}, {0: req})[0]
-        self.forwards += gamma
-        self.seconds += time.perf_counter() - start
-        return prop
+    def propose(self, engine, seqs) -> dict[str, Draft]:
+        """γ draft forwards for the whole batch (the first feeds whatever each cache lacks)."""
+        bm = self.block_manager
+        feeds = {s.request_id: s.token_ids[bm.num_tokens(s.request_id) if bm.has_seq(s.request_id) else 0:]
+                 for s in seqs}
+        counts = {s.request_id: min(self.num_speculative_tokens, max(s.room, 0)) for s in seqs}
+
+        def next_logits(feed):
+            self.forwards += 1
+            return {rid: rows[-1] for rid, rows in extend(self.runner, bm, feed, all_logits=False).items()}
+
+        return draft_tokens(next_logits, seqs, feeds, counts)
+
+    def observe(self, engine, s, draft, path, hidden, logits) -> None:
+        """Keep the draft's KV of the committed prefix only: drafts after the first rejection go."""
+        rec, bm = s.rounds[-1], self.block_manager
+        if bm.has_seq(s.request_id):
+            bm.truncate(s.request_id, min(rec.position + rec.num_accepted, bm.num_tokens(s.request_id)))
+
+    def finish(self, engine, s) -> None:
+        if self.block_manager is not None and self.block_manager.has_seq(s.request_id):
+            self.block_manager.free(s.request_id)
 
 
-class NgramProposer:
+class NgramProposer(Proposer):
     """Prompt lookup (n-gram drafting): copy what followed the latest earlier occurrence of the
-    longest matching suffix n-gram in prompt + output (vLLM's ``ngram`` speculator; Hugging
-    Face's ``prompt_lookup_num_tokens``).
+    longest matching suffix n-gram in prompt + output (vLLM's ``ngram`` method, with its names).
 
     Args:
-        max_ngram: longest suffix tried (≥ ``min_ngram``); shorter ones down to ``min_ngram`` next.
-        min_ngram: shortest suffix accepted as a match (≥ 1).
+        num_speculative_tokens: γ ≥ 1.
+        prompt_lookup_max: longest suffix tried (≥ ``prompt_lookup_min``); shorter ones next.
+        prompt_lookup_min: shortest suffix accepted as a match (≥ 1).
 
     Raises:
         TypeError: a size that is not an integer.
-        ValueError: ``min_ngram < 1`` or ``max_ngram < min_ngram``.
+        ValueError: γ < 1, ``prompt_lookup_min < 1`` or ``prompt_lookup_max < prompt_lookup_min``.
     """
 
     name = "n-gram"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        self.min_ngram = check_int("min_ngram", min_ngram, 1)
-        self.max_ngram = check_int("max_ngram", max_ngram, self.min_ngram, hint=" (min_ngram)")
-        self.forwards = 0
-        self.seconds = 0.0
+    def __init__(self, num_speculative_tokens: int = 4, prompt_lookup_max: int = 3, prompt_lookup_min: int = 1):
+        super().__init__(num_speculative_tokens)
+        self.prompt_lookup_min = check_int("prompt_lookup_min", prompt_lookup_min, 1)
+        self.prompt_lookup_max = check_int("prompt_lookup_max", prompt_lookup_max, self.prompt_lookup_min,
+                                           hint=" (prompt_lookup_min)")
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        """Reset the counters (there is no cache to fill)."""
-        self.forwards, self.seconds = 0, 0.0
-
-    def propose(self, seq: Sequence[int], gamma: int, params: SamplingParams | None = None,
-                generator: torch.Generator | None = None, *, prompt_len: int | None = None,
-                end_ids: frozenset[int] = frozenset()) -> Proposal:
-        """Up to ``gamma`` tokens (possibly none when no n-gram matches); the sampling settings are
-        not needed (a lookup is deterministic: q is one-hot), they are taken for one interface."""
-        start = time.perf_counter()
-        tokens = lookup_ngram(seq, gamma, self.max_ngram, self.min_ngram)
-        self.seconds += time.perf_counter() - start
-        return Proposal(tokens, None)
+    def propose(self, engine, seqs) -> dict[str, Draft]:
+        """Up to γ tokens each (none when no n-gram matches); deterministic, so ``q`` is one-hot."""
+        return {s.request_id: Draft(lookup_ngram(s.token_ids, min(self.num_speculative_tokens, max(s.room, 0)),
+                                                 self.prompt_lookup_max, self.prompt_lookup_min)) for s in seqs}
 
 
 def lookup_ngram(seq: Sequence[int], gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
@@ -219,6 +253,8 @@ def lookup_ngram(seq: Sequence[int], gamma: int, max_ngram: int = 3, min_ngram: 
     ``lookup_ngram([5, 6, 7, 8, 5, 6], 3) == [7, 8, 5]``. Returns ``[]`` when nothing matches.
     """
     seq = list(seq)
+    if gamma <= 0:
+        return []
     for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):
         suffix, best = seq[-n:], []
         for j in range(len(seq) - n - 1, -1, -1):            # latest occurrence first, not the suffix
@@ -229,4 +265,3 @@ def lookup_ngram(seq: Sequence[int], gamma: int, max_ngram: int = 3, min_ngram: 
         if best:
             return best
     return []
-

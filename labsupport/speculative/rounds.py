@@ -1,115 +1,265 @@
-"""One draft-verify round of one sequence: verify its proposal, commit its tokens.
+"""One draft-verify round of one sequence: what a proposer drafts, how the target's logits judge
+it, and how the accepted tokens are committed — the one round tail of every speculative path.
 
-Both speculative paths — :func:`~labsupport.speculative.decode.speculative_generate` over a
-Hugging Face cache and :class:`~labsupport.speculative.engine.SpecDecodeEngine` over the paged
-cache — call :func:`verify_round` on the target's logits over ``[last, d_1..d_k]`` and then
-:func:`commit_round`, which appends the accepted tokens under the request's
-:class:`~labsupport.stopping.StopRule`.
+Both paths — :func:`~labsupport.speculative.decode.speculative_generate` over a Hugging Face
+cache and :class:`~labsupport.speculative.engine.SpeculativeEngine` over the paged cache —
+keep a :class:`SpecSequence` per request, clip the proposer's :class:`Draft` to what the
+request may still emit (:func:`clip_draft`), run the target once over ``[last, draft…]`` and
+call :func:`finish_round`: :func:`verify_draft` (the exact rejection rule for a chain, the
+longest agreeing greedy path for a token tree) and :func:`commit_round` (append the tokens
+under the request's :class:`~labsupport.stopping.StopRule`, advance its grammar).
+
+Every ``SamplingParams`` field takes part: penalties and ``min_tokens`` see each row's own
+history, a structured-output grammar masks every verified row (a draft token outside the
+grammar has target probability 0 and is rejected), stop ids, stop strings and ``max_tokens``
+cut the committed block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from ..sampling import SamplingParams, penalise, probs_from_logits
 from ..stopping import StopRule
-from .proposers import Proposal
 from .rejection import verify
+from .stats import RoundRecord, SpecStats
+from .tree import TokenTree, accept_greedy_path
+
+__all__ = ["Draft", "RoundRecord", "SpecSequence", "clip_draft", "commit_round", "draft_distribution",
+           "finish_round", "verify_draft"]
 
 
 @dataclass
-class RoundRecord:
-    """One draft-verify round.
+class Draft:
+    """One sequence's candidates for a round (the root — the pending last token — excluded).
 
     Attributes:
-        position: sequence length when the round started.
-        draft_tokens: the proposal (k ≤ γ tokens).
-        num_accepted: n, accepted prefix length.
-        next_token: the target's own token (replacement at position n, or bonus when n = k).
-        bonus: True when all k drafts were accepted (and k ≥ 1).
-        emitted: tokens actually appended (stopping rules may cut the block).
-        accept_prob: ``min(1, p/q)`` per draft token.
-        overlap: ``Σ_x min(p(x), q(x))`` per draft position (= 1 − TV(p, q): the expected
-            acceptance there).
-        target_argmax: arg-max of the target's raw logits at each of the k+1 positions.
+        tokens: the drafted ids: a chain ``d_1..d_k`` (k ≤ γ), or the nodes of a token tree.
+        parents: ``None`` for a chain; for a tree the parent of each node over ``[root] + tokens``
+            (``parents[0] == -1``; greedy decoding only).
+        q: ``(k, V)`` the distributions a sampled chain was drawn from; ``None`` = deterministic
+            (``q`` one-hot: n-gram lookup, greedy drafts).
     """
 
-    position: int
-    draft_tokens: list[int]
-    num_accepted: int
-    next_token: int
-    bonus: bool
-    emitted: list[int]
-    accept_prob: list[float]
-    overlap: list[float]
-    target_argmax: list[int]
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] | None = None
+    q: torch.Tensor | None = None
 
 
-def verify_round(logits: torch.Tensor, prop: Proposal, seq: Sequence[int], params: SamplingParams,
-                 generator: torch.Generator | None = None, *, prompt_len: int | None = None,
-                 end_ids: frozenset[int] = frozenset()) -> RoundRecord:
-    """Verify one sequence's proposal from the target's logits over ``[last, d_1..d_k]``.
+@dataclass(eq=False)
+class SpecSequence:
+    """A request's speculative state, shared by both speculative paths and read by proposers.
+
+    Attributes:
+        request_id: its id. prompt_ids / output_ids: the prompt and the tokens committed so far
+            (in the engine ``output_ids`` is the engine sequence's own list).
+        params: its sampling settings. generator: for its draws (``None`` = greedy).
+        stop_rule: its stop conditions. max_tokens: most new tokens (cut to the context window).
+        grammar: compiled structured output, or ``None``.
+        stats: its :class:`SpecStats`. rounds: one :class:`RoundRecord` per round.
+        trees: ``(tree, accepted path)`` of every tree round (kept when asked, for figures).
+        state: the proposer's own per-request state (a hidden state, a Jacobi window, a pool …).
+        finish_reason: ``"stop"`` / ``"length"`` once finished, else ``None``.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    params: SamplingParams
+    generator: torch.Generator | None
+    stop_rule: StopRule
+    max_tokens: int
+    stats: SpecStats
+    grammar: object = None
+    rounds: list[RoundRecord] = field(default_factory=list)
+    trees: list = field(default_factory=list)
+    state: dict = field(default_factory=dict)
+    finish_reason: str | None = None
+    _grammar_at: tuple[int, int] = (0, 0)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Prompt + output (a new list)."""
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def room(self) -> int:
+        """Draft tokens this round may hold along one path: a round emits at least one token of
+        its own, so at most ``max_tokens − len(output) − 1`` drafts can still be used."""
+        return self.max_tokens - len(self.output_ids) - 1
+
+    def grammar_state(self) -> int:
+        """The grammar state after the output so far (cached; replayed when the output changed)."""
+        done, state = self._grammar_at
+        if done != len(self.output_ids):
+            state = self.grammar.state_after(self.output_ids)
+            self._grammar_at = (len(self.output_ids), state)
+        return state
+
+
+def draft_distribution(logits: torch.Tensor, s: SpecSequence, drafted: list[int]) -> torch.Tensor:
+    """``q``: the processed distribution ``(V,)`` a proposer draws its next token from, after the
+    sequence and the tokens ``drafted`` so far this round — the same processors, history and
+    ``min_tokens`` rule the target is verified with."""
+    return probs_from_logits(logits.reshape(1, -1), s.params, [s.token_ids + list(drafted)],
+                             prompt_lens=len(s.prompt_ids), end_ids=s.stop_rule.end_ids)[0]
+
+
+def clip_draft(draft: Draft, room: int, root: int, max_tokens: int | None = None) -> Draft:
+    """The draft cut to ``room`` tokens along any path (a round never drafts what it could not emit).
 
     Args:
-        logits: ``(k+1, V)`` target logits; row i predicts the token after ``d_1..d_i``.
-        prop: the :class:`Proposal` (``q`` None = deterministic, one-hot).
-        seq: the committed sequence before the round (prompt + output), for the processors.
-        params: sampling settings, applied identically to p and q (history per row for the
-            penalties).
-        prompt_len, end_ids: where the output starts in ``seq`` and the ids ``min_tokens``
-            holds back, as :func:`labsupport.sampling.process_logits` takes them.
+        draft: the proposer's draft. room: most draft tokens along one path (≥ 0).
+        root: the pending token (the tree's node 0).
+        max_tokens: the most tokens the proposer said a draft holds (its ``max_draft_tokens``);
+            more is a proposer bug.
+
+    Raises:
+        ValueError: a draft with more tokens than ``max_tokens``, or a malformed tree.
+    """
+    if max_tokens is not None and len(draft.tokens) > max_tokens:
+        raise ValueError(f"the proposer drafted {len(draft.tokens)} tokens but declared max_draft_tokens="
+                         f"{max_tokens}")
+    room = max(room, 0)
+    if draft.parents is None:
+        if len(draft.tokens) <= room:
+            return draft
+        return Draft(draft.tokens[:room], None, None if draft.q is None else draft.q[:room])
+    tree = TokenTree([root, *draft.tokens], draft.parents)
+    keep = [i for i in range(1, len(tree)) if tree.depths[i] <= room]
+    where = {i: j + 1 for j, i in enumerate(keep)}
+    return Draft([tree.tokens[i] for i in keep], [-1] + [where.get(tree.parents[i], 0) for i in keep])
+
+
+def _grammar_masks(s: SpecSequence, paths: list[list[int]], vocab: int) -> torch.Tensor | None:
+    """``(rows, V)`` grammar masks: row i allows what may follow the output + ``paths[i]``. A path
+    that leaves the grammar keeps its parent's mask (that row is never reached: the token that
+    left was masked out one row earlier)."""
+    if s.grammar is None:
+        return None
+    g, base = s.grammar, s.grammar_state()
+    rows, states = [], {(): base}
+    for path in paths:
+        key = tuple(path)
+        for j in range(len(key)):
+            if key[:j + 1] not in states:
+                prev = states[key[:j]]
+                try:
+                    states[key[:j + 1]] = None if prev is None else g.advance(prev, key[j])
+                except ValueError:
+                    states[key[:j + 1]] = None
+        state = states[key]
+        while state is None:                                # left the grammar: reuse the last valid mask
+            key = key[:-1]
+            state = states[key]
+        rows.append(g.allowed_token_mask(state))
+    return torch.stack(rows).reshape(len(paths), vocab)
+
+
+def verify_draft(logits: torch.Tensor, draft: Draft, s: SpecSequence) -> tuple[RoundRecord, list[int]]:
+    """Judge a draft from the target's logits over ``[last, draft…]``.
+
+    A chain is verified with the exact rejection rule (:func:`~.rejection.verify`, Leviathan et
+    al. 2023), which keeps the output distributed as the target's sampling; under greedy
+    settings a draft token is accepted iff it is the arg-max of the processed target logits.
+    A token tree (greedy only) accepts the longest root path whose every node is the processed
+    arg-max after its parent (SpecInfer, Miao et al. 2024) — token-identical to greedy.
+
+    Args:
+        logits: ``(1 + len(draft.tokens), V)`` float32; row i follows node i (row 0: the root).
+        draft: the (clipped) draft. s: the sequence, before the round.
 
     Returns:
-        A :class:`RoundRecord` (``emitted`` still empty: :func:`commit_round` fills it).
+        the round's :class:`RoundRecord` (``emitted`` still empty) and the accepted node indices
+        into ``[root] + tokens`` (a chain's ``1..n``).
+
+    Raises:
+        ValueError: a token tree with sampling settings (trees are verified greedily only).
     """
-    k = len(prop.tokens)
-    history = [list(seq) + prop.tokens[:i] for i in range(k + 1)] if not params.is_plain_greedy else None
-    top = logits.argmax(dim=-1).tolist()                                             # (k+1,)
-    if params.greedy:               # p and q one-hot: accept while draft == target arg-max, no randomness
-        best = top if history is None else penalise(logits, params, history, prompt_len, end_ids).argmax(-1).tolist()
-        hit = [float(prop.tokens[i] == best[i]) for i in range(k)]       # = min(1, p/q) = Σ min(p, q)
-        n = hit.index(0.0) if 0.0 in hit else k
-        return RoundRecord(position=len(seq), draft_tokens=list(prop.tokens), num_accepted=n, next_token=best[n],
-                           bonus=(k > 0 and n == k), emitted=[], accept_prob=hit, overlap=hit, target_argmax=top)
-    p = probs_from_logits(logits, params, history, prompt_lens=prompt_len, end_ids=end_ids)      # (k+1, V)
-    if prop.q is not None:
-        q = prop.q.to(p)
+    params, k = s.params, len(draft.tokens)
+    seq = s.token_ids
+    if draft.parents is None:
+        paths = [draft.tokens[:i] for i in range(k + 1)]
     else:
-        q = torch.nn.functional.one_hot(torch.tensor(prop.tokens, dtype=torch.long, device=p.device),
-                                        p.shape[-1]).to(p)
-    q = q.reshape(k, p.shape[-1])
-    drafts = torch.tensor([prop.tokens], dtype=torch.long, device=p.device).reshape(1, k)
-    res = verify(p.unsqueeze(0), q.unsqueeze(0), drafts, generator)
+        if not params.greedy:
+            raise ValueError("a token-tree draft can only be verified greedily (temperature 0); a proposer "
+                             "must draft a chain when the request samples")
+        tree = TokenTree([seq[-1], *draft.tokens], draft.parents)
+        paths = [[tree.tokens[j] for j in tree.path_to(i)[1:]] for i in range(len(tree))]
+    allowed = _grammar_masks(s, paths, logits.shape[-1])
+    plain = params.is_plain_greedy and allowed is None
+    history = None if plain else [seq + p for p in paths]
+    top = logits.argmax(dim=-1).tolist()
+    if params.greedy:        # p and q one-hot: accept while the draft is the processed arg-max, no randomness
+        best = top if plain else penalise(logits, params, history, len(s.prompt_ids), s.stop_rule.end_ids,
+                                          allowed).argmax(-1).tolist()
+        if draft.parents is not None:
+            path, nxt = accept_greedy_path(tree, best)
+            last = path[-1] if path else 0
+            shown = [tree.tokens[i] for i in path] + [tree.tokens[c] for c in tree.children(last)[:1]]
+            hit = [1.0] * len(path) + [0.0] * (len(shown) - len(path))
+            return RoundRecord(position=len(seq), draft_tokens=shown, num_accepted=len(path), next_token=nxt,
+                               bonus=len(shown) == len(path) and bool(path), emitted=[], accept_prob=hit,
+                               overlap=hit, target_argmax=[top[0], *(top[i] for i in path)]), path
+        hit = [float(draft.tokens[i] == best[i]) for i in range(k)]         # = min(1, p/q) = Σ min(p, q)
+        n = hit.index(0.0) if 0.0 in hit else k
+        return RoundRecord(position=len(seq), draft_tokens=list(draft.tokens), num_accepted=n, next_token=best[n],
+                           bonus=(k > 0 and n == k), emitted=[], accept_prob=hit, overlap=hit,
+                           target_argmax=top), list(range(1, n + 1))
+    p = probs_from_logits(logits, params, history, prompt_lens=len(s.prompt_ids), end_ids=s.stop_rule.end_ids,
+                          allowed=allowed)                                                   # (k+1, V)
+    if draft.q is not None:
+        q = draft.q.to(p).reshape(k, p.shape[-1])
+    else:
+        q = torch.nn.functional.one_hot(torch.tensor(draft.tokens, dtype=torch.long, device=p.device),
+                                        p.shape[-1]).to(p).reshape(k, p.shape[-1])
+    drafts = torch.tensor([draft.tokens], dtype=torch.long, device=p.device).reshape(1, k)
+    res = verify(p.unsqueeze(0), q.unsqueeze(0), drafts, s.generator)
     n = int(res.num_accepted[0])
-    return RoundRecord(position=len(seq), draft_tokens=list(prop.tokens), num_accepted=n,
+    return RoundRecord(position=len(seq), draft_tokens=list(draft.tokens), num_accepted=n,
                        next_token=int(res.next_token[0]), bonus=(k > 0 and n == k), emitted=[],
                        accept_prob=res.accept_prob[0].tolist(), overlap=torch.minimum(p[:k], q).sum(-1).tolist(),
-                       target_argmax=top)
+                       target_argmax=top), list(range(1, n + 1))
 
 
-
-def commit_round(rec: RoundRecord, seq: list[int], new: list[int], rule: StopRule,
-                 decode: Callable[[list[int]], str]) -> str | None:
+def commit_round(rec: RoundRecord, s: SpecSequence, decode: Callable[[list[int]], str]) -> str | None:
     """Append the round's tokens (accepted drafts, then the target's token) and stop where the
     request's rule says (:meth:`StopRule.first_finish`: EOS / stop id, a stop string in the new
     text, ``max_tokens``) — tokens after the stopping point are discarded.
 
     Args:
         rec: the verified round; ``rec.emitted`` is filled with the tokens kept.
-        seq, new: the committed sequence (prompt + output) and the output alone; both are
-            extended in place.
-        rule: the request's stop rule. decode: ids → text, for stop strings.
+        s: the sequence; its ``output_ids`` grow in place. decode: ids → text, for stop strings.
 
     Returns:
         ``"stop"``, ``"length"``, or None to go on.
     """
+    new = s.output_ids
     start = len(new)
     new.extend(rec.draft_tokens[:rec.num_accepted] + [rec.next_token])
-    end, reason = rule.first_finish(new, start, decode)
+    end, reason = s.stop_rule.first_finish(new, start, decode)
     del new[end:]
     rec.emitted = new[start:]
-    seq.extend(rec.emitted)
     return reason
+
+
+def finish_round(logits: torch.Tensor, draft: Draft, s: SpecSequence,
+                 decode: Callable[[list[int]], str], keep_trees: bool = False) -> tuple[RoundRecord, list[int]]:
+    """The round tail: verify, commit, count. Sets ``s.finish_reason`` when the request ended.
+
+    Returns:
+        the round's record and the accepted node indices (for the cache: which slots to keep).
+    """
+    root = s.prompt_ids[-1] if not s.output_ids else s.output_ids[-1]
+    rec, path = verify_draft(logits, draft, s)
+    s.finish_reason = commit_round(rec, s, decode)
+    s.rounds.append(rec)
+    s.stats.add(rec)
+    s.stats.target_forwards += 1
+    if keep_trees and draft.parents is not None:
+        s.trees.append((TokenTree([root, *draft.tokens], draft.parents), path))
+    return rec, path
+

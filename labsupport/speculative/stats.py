@@ -1,23 +1,53 @@
-"""Statistics of a speculative run: acceptance per draft position, α, tokens per target forward."""
+"""What a speculative run records: one :class:`RoundRecord` per round, and :class:`SpecStats` over them
+(acceptance per draft position, α, tokens per target forward)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from .rounds import RoundRecord
 from .theory import expected_tokens_per_round
+
+
+@dataclass
+class RoundRecord:
+    """One draft-verify round.
+
+    Attributes:
+        position: sequence length when the round started.
+        draft_tokens: the proposal (k ≤ γ tokens; for a tree, the accepted path and the first
+            rejected child).
+        num_accepted: n, accepted prefix length.
+        next_token: the target's own token (replacement at position n, or bonus when n = k).
+        bonus: True when all k drafts were accepted (and k ≥ 1).
+        emitted: tokens actually appended (stopping rules may cut the block).
+        accept_prob: ``min(1, p/q)`` per draft token.
+        overlap: ``Σ_x min(p(x), q(x))`` per draft position (= 1 − TV(p, q): the expected
+            acceptance there).
+        target_argmax: arg-max of the target's raw logits at each of the k+1 positions.
+    """
+
+    position: int
+    draft_tokens: list[int]
+    num_accepted: int
+    next_token: int
+    bonus: bool
+    emitted: list[int]
+    accept_prob: list[float]
+    overlap: list[float]
+    target_argmax: list[int]
 
 
 @dataclass
 class SpecStats:
     """Statistics of a speculative run.
 
-    ``reached[i]``: rounds in which draft position i was verified (all earlier ones accepted);
-    ``accepted[i]``: those in which it was accepted. Times in seconds.
+    ``num_speculative_tokens``: γ, the most draft tokens along one path of a round (the
+    proposer's). ``reached[i]``: rounds in which draft position i was verified (all earlier ones
+    accepted); ``accepted[i]``: those in which it was accepted. Times in seconds.
     """
 
-    gamma: int
+    num_speculative_tokens: int
     rounds: int = 0
     reached: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
@@ -32,8 +62,8 @@ class SpecStats:
     draft_lengths: dict[int, int] = field(default_factory=dict)    # k → rounds that drafted k tokens
 
     def __post_init__(self) -> None:
-        self.reached = self.reached or [0] * self.gamma
-        self.accepted = self.accepted or [0] * self.gamma
+        self.reached = self.reached or [0] * self.num_speculative_tokens
+        self.accepted = self.accepted or [0] * self.num_speculative_tokens
 
     def add(self, r: RoundRecord) -> None:
         """Count one verified round."""

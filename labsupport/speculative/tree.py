@@ -3,9 +3,9 @@
 SpecInfer (Miao et al. 2024) and Medusa (Cai et al. 2024) verify a *tree* of candidates
 instead of one chain: node 0 is the pending token (the last committed one, not yet in the
 KV cache), every other node a candidate token whose parent is an earlier node. One target
-forward over all nodes, with the tree attention mask of
-:func:`~labsupport.engine.attention.build_metadata` (a node sees the prefix and its
-ancestors only; its position id is ``start + depth``), gives the target's logits after
+forward over all nodes (:func:`~labsupport.engine.extend.extend` with ``tree_parents``: the tree
+attention mask of :func:`~labsupport.engine.attention.build_metadata` — a node sees the prefix
+and its ancestors only; its position id is ``start + depth``), gives the target's logits after
 every node. Greedy acceptance walks from the root, each step to the child holding the
 target's arg-max — the longest path the target agrees with, token-identical to greedy
 decoding. The accepted nodes' keys and values sit in slots ``start + node`` of the paged
@@ -18,20 +18,19 @@ A *static* tree shape is Medusa's "tree choices": a list of paths of top-k ranks
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import product
 
 import torch
-import torch.nn.functional as F
 
-from ..engine.attention import build_metadata, tree_ancestors
+from ..engine.attention import tree_ancestors
 from ..engine.block_manager import BlockManager
 from ..engine.model_runner import ModelRunner
 from ..validation import check_int
 
 __all__ = ["TokenTree", "accept_greedy_path", "chain_tree", "choices_from_widths", "compact_kv",
-           "dense_tree_reference", "tree_ancestors", "tree_forward", "tree_from_choices"]
+           "dense_tree_reference", "tree_ancestors", "tree_from_choices"]
 
 
 @dataclass
@@ -128,43 +127,6 @@ def accept_greedy_path(tree: TokenTree, target_argmax: Sequence[int]) -> tuple[l
             return path, int(target_argmax[node])
         node = nxt[0]
         path.append(node)
-
-
-@torch.inference_mode()
-def tree_forward(runner: ModelRunner, block_manager: BlockManager,
-                 feeds: Mapping[Hashable, tuple[Sequence[int], Sequence[int] | None]],
-                 num_layers: int | None = None) -> dict[Hashable, tuple[torch.Tensor, torch.Tensor]]:
-    """One forward over every sequence's new tokens — a chain or a token tree — through the paged cache.
-
-    Args:
-        runner, block_manager: the target's (slots are reserved here, one per new token).
-        feeds: ``{seq_id: (token ids, parents or None)}``; parents index the new tokens
-            (``-1`` = the cached prefix), ``None`` = a causal chain.
-        num_layers: run only the first blocks (a self-speculative draft), then ``ln_f`` + LM head.
-
-    Returns:
-        ``{seq_id: (hidden (q, E) after ln_f, logits (q, V) float32)}``.
-    """
-    seqs, tokens, starts, parents = [], [], [], []
-    for seq_id, (ids, par) in feeds.items():
-        start, copies = block_manager.reserve(seq_id, [int(t) for t in ids])
-        runner.copy_blocks(copies)
-        seqs.append(seq_id)
-        tokens.append([int(t) for t in ids])
-        starts.append(start)
-        parents.append(None if par is None else list(par))
-    meta = build_metadata([len(t) for t in tokens], starts, [block_manager.block_table(s) for s in seqs],
-                          runner.block_size, runner.device, runner.dtype, tree_parents=parents)
-    flat = torch.tensor([t for ids in tokens for t in ids], dtype=torch.long, device=runner.device)
-    hidden = runner.hidden_states(flat, meta, num_layers=num_layers)
-    hidden = F.layer_norm(hidden, hidden.shape[-1:], *runner.ln_f, eps=runner.eps)
-    logits = F.linear(hidden, runner.lm_head).float()
-    runner.num_forwards += 1
-    runner.num_token_forwards += len(flat)
-    for seq_id in seqs:
-        block_manager.mark_computed(seq_id, block_manager.num_tokens(seq_id))
-    sizes = [len(t) for t in tokens]
-    return dict(zip(seqs, zip(hidden.split(sizes), logits.split(sizes))))
 
 
 @torch.inference_mode()

@@ -24,6 +24,7 @@ from labsupport.speculative import (
     NgramProposer,
     accepted_prefix_length,
     best_gamma,
+    check_same_vocabulary,
     expected_tokens_per_round,
     simulate_rounds,
     speculative_generate,
@@ -159,7 +160,8 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
     panel_int("max_rounds", max_rounds, 1, 100)
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-    proposers = {"draft model": DraftModelProposer(draft, target), "n-gram": NgramProposer()}
+    check_same_vocabulary(target, draft)
+    proposers = {"draft model": lambda g: DraftModelProposer(draft, target, g), "n-gram": NgramProposer}  # γ → proposer
     controls = {
         "proposer": widgets.ToggleButtons(options=list(proposers), value="draft model", description="proposer",
                                           style=_WIDE),
@@ -180,7 +182,7 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
     def update(*_):
         g, t, s = controls["gamma"].value, controls["temperature"].value, controls["seed"].value
         params = SamplingParams(temperature=t, seed=s)
-        res = speculative_generate(target, proposers[controls["proposer"].value], prompt, params, gamma=g,
+        res = speculative_generate(target, proposers[controls["proposer"].value](g), prompt, params,
                                    max_new_tokens=max_new_tokens)
         state["result"] = res
         st = res.stats

@@ -12,11 +12,11 @@ import ipywidgets as widgets
 
 from labsupport.models import LoadedModel
 from labsupport.sampling import SamplingParams
+from labsupport.speculative.engine import SpeculativeEngine
 from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaHeads, MedusaProposer
 from labsupport.speculative.self_spec import SelfSpecProposer
 from labsupport.speculative.tree import chain_tree
-from labsupport.speculative.variants import VariantEngine
 from labsupport.viz.speculative_variants import token_tree_figure
 
 from .beam import show_figure
@@ -98,12 +98,12 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
         try:
             c = {k: w.value for k, w in controls.items()}
             proposer = _make(c["method"], heads, c["shape"], c["gamma"], c["layers"])
-            engine = VariantEngine(target, proposer, keep_trees=True)
+            engine = SpeculativeEngine(target, proposer, keep_trees=True)
             params = SamplingParams(temperature=c["temperature"], seed=0, ignore_eos=True)
             out = engine.generate([prompt], params, max_new_tokens)[0]
             state["output"] = out
             controls["round"].max = max(0, len(out.rounds) - 1)
-            st = out.stats
+            st = out.spec_stats
             stats.value = "".join([
                 _stat("tokens / target forward", f"{st.tokens_per_round:.2f}"),
                 _stat("α at depth 1", f"{st.acceptance_by_position[0]:.2f}"),

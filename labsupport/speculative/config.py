@@ -1,0 +1,102 @@
+"""``speculative_config``: which method drafts and how many tokens — vLLM's settings, in one place.
+
+vLLM takes ``LLM(model, speculative_config={"method": "ngram", "num_speculative_tokens": 4,
+"prompt_lookup_max": 3})``; :class:`~labsupport.speculative.engine.SpeculativeEngine` takes the
+same dict (or a :class:`SpeculativeConfig`) and :func:`make_proposer` builds the proposer.
+γ — the draft length — is ``num_speculative_tokens`` and has no other owner: the proposer
+keeps it, the engine and the statistics read it from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from ..validation import check_choice, check_int
+
+__all__ = ["METHODS", "SpeculativeConfig", "make_proposer"]
+
+METHODS = ("draft_model", "ngram", "self_speculative", "medusa", "lookahead")
+
+
+@dataclass
+class SpeculativeConfig:
+    """Speculative decoding settings (vLLM's names where vLLM has them).
+
+    Attributes:
+        method: one of :data:`METHODS`.
+        num_speculative_tokens: γ ≥ 1 (the tree depth for Medusa, the window for lookahead).
+        draft_model: the draft :class:`~labsupport.models.LoadedModel` (``"draft_model"``) or a
+            shipped name / path to load.
+        prompt_lookup_max / prompt_lookup_min: n-gram sizes (``"ngram"``).
+        num_layers: blocks the self-speculative draft runs (``"self_speculative"``).
+        heads: Medusa heads or EAGLE head (an object, or a shipped name / path to load).
+        tree_widths: Medusa's top-k per depth, e.g. ``(3, 2, 1)`` (``None``: a chain of width 1).
+        ngram / max_candidates: lookahead's n-gram length and candidates per round.
+
+    Raises:
+        TypeError / ValueError: an unknown method, a size out of range.
+    """
+
+    method: str = "ngram"
+    num_speculative_tokens: int = 4
+    draft_model: object = None
+    prompt_lookup_max: int = 3
+    prompt_lookup_min: int = 1
+    num_layers: int = 2
+    heads: object = None
+    tree_widths: tuple[int, ...] | None = None
+    ngram: int = 4
+    max_candidates: int = 3
+
+    def __post_init__(self) -> None:
+        check_choice("method", self.method, METHODS)
+        self.num_speculative_tokens = check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+
+    @classmethod
+    def from_any(cls, config) -> SpeculativeConfig:
+        """A config from itself or a dict; an unknown key is a ``ValueError`` naming the valid ones."""
+        if isinstance(config, cls):
+            return config
+        if not isinstance(config, Mapping):
+            raise TypeError(f"speculative_config must be a SpeculativeConfig or a dict, got {type(config).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - names)
+        if unknown:
+            raise ValueError(f"unknown speculative_config keys {unknown}; valid ones are {sorted(names)}")
+        return cls(**config)
+
+
+def make_proposer(config: SpeculativeConfig | Mapping, target):
+    """The proposer for ``config`` drafting for ``target``.
+
+    Raises:
+        ValueError: a method whose model or heads are missing (``draft_model`` for
+            ``"draft_model"``), or a setting out of range.
+    """
+    from ..models import load_model
+    from .lookahead import LookaheadProposer
+    from .medusa import MedusaProposer, load_medusa
+    from .proposers import DraftModelProposer, NgramProposer
+    from .self_spec import SelfSpecProposer
+
+    cfg = SpeculativeConfig.from_any(config)
+    gamma = cfg.num_speculative_tokens
+    if cfg.method == "ngram":
+        return NgramProposer(gamma, cfg.prompt_lookup_max, cfg.prompt_lookup_min)
+    if cfg.method == "draft_model":
+        if cfg.draft_model is None:
+            raise ValueError("speculative_config method 'draft_model' needs draft_model (a LoadedModel or a name)")
+        draft = cfg.draft_model if not isinstance(cfg.draft_model, str) else load_model(cfg.draft_model,
+                                                                                         device=target.device)
+        return DraftModelProposer(draft, target, gamma)
+    if cfg.method == "self_speculative":
+        return SelfSpecProposer(cfg.num_layers, gamma)
+    if cfg.method == "lookahead":
+        return LookaheadProposer(window=gamma, ngram=cfg.ngram, max_candidates=cfg.max_candidates)
+    heads = cfg.heads if cfg.heads is not None and not isinstance(cfg.heads, str) else \
+        load_medusa(cfg.heads or "tiny-gpt2-medusa", device=target.device)
+    widths = cfg.tree_widths if cfg.tree_widths is not None else (1,) * gamma        # method "medusa"
+    if len(widths) != gamma:
+        raise ValueError(f"tree_widths {tuple(widths)} must have num_speculative_tokens = {gamma} levels")
+    return MedusaProposer(heads, widths=widths)
