@@ -144,25 +144,37 @@ def shape_from_config(config, name: str = "model") -> ModelShape:
     are both read. The parameter count uses :func:`gpt2_param_count` for GPT-2 configs.
 
     Raises:
-        ValueError: a config without layer / head / width fields, or a non-GPT-2 config
-            (whose parameter count is not derived here).
+        TypeError: a config that is none of those; a size that is not an integer.
+        ValueError: a config without layer / head / width fields (or with one < 1), a
+            non-GPT-2 config (whose parameter count is not derived here), or one without
+            ``vocab_size`` / ``n_positions``.
     """
     if isinstance(config, (str, Path)):
         path = Path(config)
         path = path / "config.json" if path.is_dir() else path
         config = json.loads(path.read_text())
-    cfg = config if isinstance(config, dict) else config.to_dict()
+    if isinstance(config, dict):
+        cfg = config
+    elif callable(getattr(config, "to_dict", None)):
+        cfg = config.to_dict()
+    else:
+        raise TypeError(f"config must be a PretrainedConfig, a dict or a path, got {type(config).__name__}")
     layers = cfg.get("n_layer", cfg.get("num_hidden_layers"))
     heads = cfg.get("n_head", cfg.get("num_attention_heads"))
     width = cfg.get("n_embd", cfg.get("hidden_size"))
     if layers is None or heads is None or width is None:
         raise ValueError(f"config must give the number of layers, heads and the width, got keys {sorted(cfg)}")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or width // heads
+    layers, heads, width = (check_int(k, v, 1) for k, v in (("n_layer", layers), ("n_head", heads), ("n_embd", width)))
+    kv_heads = check_int("num_key_value_heads", cfg.get("num_key_value_heads") or heads, 1)
+    head_dim = check_int("head_dim", cfg.get("head_dim") or width // heads, 1)
     if cfg.get("model_type") != "gpt2":
         raise ValueError(f"config must be a GPT-2 config (model_type 'gpt2') to count its parameters, "
                          f"got model_type {cfg.get('model_type')!r}; build a ModelShape by hand instead")
-    params = gpt2_param_count(layers, width, cfg["vocab_size"], cfg["n_positions"])
+    missing = [k for k in ("vocab_size", "n_positions") if cfg.get(k) is None]
+    if missing:
+        raise ValueError(f"config must give {' and '.join(missing)} to count a GPT-2's parameters")
+    params = gpt2_param_count(layers, width, check_int("vocab_size", cfg["vocab_size"], 1),
+                              check_int("n_positions", cfg["n_positions"], 1))
     return ModelShape(name, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
                       n_params=params)
 

@@ -58,7 +58,22 @@ class LoadedModel:
                           getattr(getattr(self.model, "generation_config", None), "eos_token_id", None))
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no special tokens added)."""
+        """Token ids of ``text`` (no special tokens added).
+
+        Raises:
+            TypeError: ``text`` is not a str.
+            ValueError: ``text`` holds a character that has no UTF-8 form (a lone surrogate, as
+                a broken copy-paste can leave), named with its position.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            bad = text[err.start]
+            raise ValueError(f"text has a character that cannot be encoded, U+{ord(bad):04X} (a lone surrogate) at "
+                             f"position {err.start}: {text[max(0, err.start - 12):err.start]!r} ← here; "
+                             "retype that part of the text") from None
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids) -> str:

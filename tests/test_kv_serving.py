@@ -80,6 +80,7 @@ def test_prefilled_requests_decode_exactly_like_one_engine(lm):
     assert prefill.kv_connector.bytes_sent == sum(len(p) for p in prompts) * decode.runner.kv_bytes_per_token
 
 
+@pytest.mark.slow
 def test_layerwise_streaming_assembles_the_same_kv(lm):
     """Layer pieces streamed during a chunked prefill with prefix hits add up to the whole KV:
     a decode engine given them continues exactly as one engine would."""

@@ -177,9 +177,18 @@ def test_kept_probabilities_do_not_depend_on_token_ids(levels, p, k, rnd):
     assert torch.equal(both[0], both[1])
 
 
-def test_top_k_keeps_exactly_k_lowest_id_first():
+def test_top_k_keeps_every_tie_of_the_kth_value_like_hf():
+    from transformers import TopKLogitsWarper
+
+    z = torch.tensor([0.5, 1.5, 1.5, 1.5, 2.5, -1.0])
+    assert torch.isfinite(top_k_filter(z, 2)).nonzero().flatten().tolist() == [1, 2, 3, 4]
     out = top_k_filter(torch.tensor([1.0, 2.0, 2.0, 2.0, 0.5]), 2)
-    assert torch.isfinite(out).tolist() == [False, True, True, False, False]
+    assert torch.isfinite(out).tolist() == [False, True, True, True, False]
+    gen = torch.Generator().manual_seed(1)
+    levels = torch.randint(0, 4, (32, 20), generator=gen).float()           # many exact ties
+    for k in (1, 2, 3, 5, 19):
+        hf = TopKLogitsWarper(k)(torch.zeros(32, 1, dtype=torch.long), levels.clone())
+        assert torch.equal(torch.isfinite(hf), torch.isfinite(top_k_filter(levels, k))), k
 
 
 # ---------------------------------------------------------------------------- one vocabulary

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Hashable, Sequence
 
-from ..validation import check_bool, check_int
+from ..validation import check_bool, check_int, check_token_ids
 from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
 from .swap_space import SwapSpace
 
@@ -199,7 +199,8 @@ class BlockManager:
             raise ValueError(f"seq_id {seq_id!r} already has blocks; free it or use another id")
         if len(token_ids) == 0:
             raise ValueError("token_ids must hold at least one token, got none")
-        if not self.can_allocate(list(token_ids)):
+        token_ids = check_token_ids("token_ids", token_ids, 2 ** 63)     # before any block is taken
+        if not self.can_allocate(token_ids):
             raise NoFreeBlocksError(f"sequence {seq_id!r} needs {self.blocks_needed(len(token_ids))} blocks, "
                                     f"{self.num_available_blocks} available")
         hits = self._match_prefix(token_ids)
@@ -267,6 +268,7 @@ class BlockManager:
         Raises:
             NoFreeBlocksError: not enough blocks for all of them; nothing changes.
         """
+        token_ids = check_token_ids("token_ids", token_ids, 2 ** 63, allow_empty=True)   # before any slot
         if not self.can_append(seq_id, len(token_ids)):
             raise NoFreeBlocksError(f"sequence {seq_id!r} needs {self._blocks_to_append(seq_id, len(token_ids))} "
                                     f"blocks, {self.num_available_blocks} available")

@@ -181,15 +181,22 @@ class LLMEngine:
             first_token_time: when the first token was made (clock of this engine); default now.
 
         Raises:
-            TypeError / ValueError: as :meth:`add_request`; a ``kv`` of the wrong shape.
+            TypeError / ValueError: as :meth:`add_request`; a ``kv`` that is not a finite float
+                tensor of the right shape.
             NoFreeBlocksError: no room now (``max_num_seqs`` running or too few blocks); nothing changes.
         """
         ids = check_token_ids("prompt_ids", prompt_ids, self.runner.vocab_size)
         first = check_token_ids("first_token", [first_token], self.runner.vocab_size)[0]
         r, bm = self.runner, self.block_manager
         expected = (r.num_layers, 2, len(ids), r.num_heads, r.head_dim)
-        if not isinstance(kv, torch.Tensor) or tuple(kv.shape) != expected:
-            raise ValueError(f"kv must be a tensor of shape {expected}, got {getattr(kv, 'shape', type(kv).__name__)}")
+        if not isinstance(kv, torch.Tensor):
+            raise TypeError(f"kv must be a torch.Tensor, got {type(kv).__name__}")
+        if tuple(kv.shape) != expected:
+            raise ValueError(f"kv must be a tensor of shape {expected}, got {tuple(kv.shape)}")
+        if not kv.is_floating_point():
+            raise TypeError(f"kv must hold floating-point keys and values, got dtype {kv.dtype}")
+        if not bool(torch.isfinite(kv).all()):
+            raise ValueError("kv must be finite, got NaN or inf values")
         if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
             raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
         rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
@@ -222,8 +229,12 @@ class LLMEngine:
             they are not reported again by :meth:`step`.
 
         Raises:
+            TypeError: ``request_id`` neither a str nor a list of str.
             ValueError: an unknown id (nothing is aborted then).
         """
+        if not isinstance(request_id, (str, list, tuple)) or (
+                not isinstance(request_id, str) and not all(isinstance(r, str) for r in request_id)):
+            raise TypeError(f"request_id must be a request id (str) or a list of them, got {request_id!r}")
         ids = [request_id] if isinstance(request_id, str) else list(request_id)
         unknown = [r for r in ids if r not in self.requests]
         if unknown:

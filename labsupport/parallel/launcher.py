@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import queue
 import shutil
 import socket
@@ -220,6 +221,7 @@ class WorkerGroup:
 
         Raises:
             RuntimeError: the group is closed.
+            TypeError: an argument that cannot be pickled (checked before anything is sent).
             WorkerError: a worker raised (its traceback is in the message), died, or the run
                 took longer than ``timeout_s`` seconds; the group is shut down.
         """
@@ -227,6 +229,12 @@ class WorkerGroup:
             raise RuntimeError("this WorkerGroup is closed; start a new one")
         check_real("timeout_s", timeout_s, 0, 3600, low_open=True)
         resolve_task(task)                                 # fail here, not in the workers
+        for name, value in kwargs.items():                 # a queue pickles in a feeder thread: a failure
+            try:                                           # there is silent, and the workers never answer
+                pickle.dumps(value)
+            except Exception as err:
+                raise TypeError(f"argument {name!r} of task {task!r} cannot be sent to the workers "
+                                f"(not picklable: {type(err).__name__}: {err})") from err
         self.wait_ready()
         self._next_job += 1
         for q in self._tasks:

@@ -211,9 +211,10 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits, set the rest to ``-inf`` (Fan et al., 2018).
 
     ``top_k = 0`` disables the filter and ``top_k`` larger than the vocabulary keeps
-    everything. **Ties**: exactly ``top_k`` survive; among candidates with equal logits at the
-    cut, the lower token ids come first (a stable sort), whatever the vocabulary size or the
-    row's place in the batch — the same rule as :func:`top_p_filter`.
+    everything. **Ties**: every candidate whose logit equals the k-th largest is kept too, so
+    more than ``top_k`` may survive and the kept set never depends on token ids — the rule of
+    Hugging Face's ``TopKLogitsWarper`` and vLLM's sampler (``k = 2`` on
+    ``[0.5, 1.5, 1.5, 1.5, 2.5, -1]`` keeps ``{1, 2, 3, 4}``).
 
     Raises:
         TypeError: ``top_k`` not an integer.
@@ -223,8 +224,8 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     z = _as_2d(logits)
     if top_k == 0 or top_k >= z.shape[-1]:
         return _restore(z.clone(), logits)
-    keep = torch.zeros_like(z, dtype=torch.bool).scatter(-1, _stable_order(z)[..., :top_k], True)
-    return _restore(z.masked_fill(~keep, NEG_INF), logits)
+    kth = torch.topk(z, top_k, dim=-1).values[..., -1:]                  # (batch, 1): the k-th largest
+    return _restore(z.masked_fill(z < kth, NEG_INF), logits)
 
 
 TOP_P_TOLERANCE = 1e-6

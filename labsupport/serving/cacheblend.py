@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..validation import check_choice, check_int, check_real
+from ..validation import check_choice, check_int, check_real, check_token_ids
 
 __all__ = ["BlendResult", "CacheBlend"]
 
@@ -84,10 +84,11 @@ class CacheBlend:
         self.positions = check_choice("positions", positions, ("final", "zero"))
         self.select_layer = check_int("select_layer", select_layer, 1, self.run_.num_layers - 1)
         self.answer_len = check_int("answer_len", answer_len, 1)
-        if not chunks or any(len(c) == 0 for c in chunks) or not question:
-            raise ValueError("chunks must be non-empty lists of token ids and question non-empty")
-        self.chunks = [[int(t) for t in c] for c in chunks]
-        self.question = [int(t) for t in question]
+        if not isinstance(chunks, (list, tuple)) or not chunks:
+            raise ValueError(f"chunks must be a non-empty list of token-id lists, got {chunks!r:.60}")
+        vocab = self.run_.vocab_size
+        self.chunks = [check_token_ids(f"chunks[{i}]", c, vocab) for i, c in enumerate(chunks)]
+        self.question = check_token_ids("question", question, vocab)
         self.context = [t for c in self.chunks for t in c]
         self.T = len(self.context)
         if self.T + len(self.question) + self.answer_len > self.run_.max_positions:

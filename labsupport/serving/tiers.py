@@ -160,15 +160,17 @@ class TieredKVCache:
             entry = self.cpu.get(key) or self.disk.get(key)
             if tier is None or entry.token_ids != toks or entry.parent != parent or pool.num_available_blocks == 0:
                 break
+            # out of its tier first: taking a pool block may demote another one into the CPU tier,
+            # which could push this very entry down to disk (or drop it) mid-promotion
+            if tier == "cpu":
+                kv = self.cpu.pop(key).kv
+            else:
+                kv = load_file(entry.path)["kv"]
+                os.remove(self.disk.pop(key).path)
             block = pool.take()                                # may demote another block
-            kv = entry.kv if tier == "cpu" else load_file(entry.path)["kv"]
             self.runner.kv_cache[:, :, block.block_id] = kv.to(self.runner.device)
             block.token_ids = toks
             pool.register(block, key, parent)
-            if tier == "cpu":
-                del self.cpu[key]
-            else:
-                os.remove(self.disk.pop(key).path)
             self.promoted[tier] += 1
             counts[tier] += 1
             held.append(block.block_id)

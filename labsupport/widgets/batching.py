@@ -163,9 +163,12 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
     check_real("ttft_slo_ms", ttft_slo_ms, 1.0)
     check_real("tpot_slo_ms", tpot_slo_ms, 0.1)
     names = list(results)
-    points = {n: ([1e3 * m.ttft for m in ms], [1e3 * (m.tpot or 0.0) for m in ms]) for n, ms in results.items()}
-    top_ttft = max([max(p[0]) for p in points.values()] + [ttft_slo_ms])
-    top_tpot = max([max(p[1]) for p in points.values()] + [tpot_slo_ms])
+    # a request that finished without a token ("error", or aborted in the queue) has no TTFT: it is
+    # not a point of the scatter (goodput counts it as missing the SLO, as the metrics functions do)
+    points = {n: ([1e3 * m.ttft for m in ms if m.ttft is not None],
+                  [1e3 * (m.tpot or 0.0) for m in ms if m.ttft is not None]) for n, ms in results.items()}
+    top_ttft = max([max(p[0], default=0.0) for p in points.values()] + [ttft_slo_ms])
+    top_tpot = max([max(p[1], default=0.0) for p in points.values()] + [tpot_slo_ms])
     ttft_s = _slider(W.FloatSlider(value=ttft_slo_ms, min=1.0, max=round(top_ttft * 1.2, 0), step=1.0,
                                    description="TTFT SLO (ms)", continuous_update=False))
     tpot_s = _slider(W.FloatSlider(value=tpot_slo_ms, min=0.1, max=round(top_tpot * 1.2, 1), step=0.1,
