@@ -22,6 +22,7 @@ import torch
 from .models import LoadedModel, max_positions, model_forward
 from .sampling import GREEDY, SamplingParams, entropy_bits, probs_from_logits, sample
 from .stopping import StopRule
+from .stopping import context_room as _window_room
 from .validation import check_bool, check_int, check_token_ids, check_type
 
 
@@ -101,19 +102,19 @@ def _check_params(params: SamplingParams) -> None:
 
 
 def context_room(lm: LoadedModel, prompt_len: int) -> int:
-    """New tokens the context window leaves after a prompt: ``n_positions - prompt_len``.
-
-    The one context-window rule of every decoding path (vLLM's): a prompt that alone fills
-    the window is an error; a prompt that fits runs until ``max_tokens`` or the window is full.
+    """New tokens the context window leaves after a prompt (:func:`labsupport.stopping.context_room`,
+    the rule the engines apply too); here a prompt that leaves none is an error at once (the
+    engines finish such a request with ``"error"`` instead).
 
     Raises:
         ValueError: the prompt leaves no room (``prompt_len >= n_positions``).
     """
     limit = max_positions(lm.model)
-    if prompt_len >= limit:
+    room = _window_room(limit, prompt_len)
+    if room < 1:
         raise ValueError(f"prompt length must be < {limit} (the model's n_positions) to leave room for a new "
                          f"token, got {prompt_len}")
-    return limit - prompt_len
+    return room
 
 
 def _check_length(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> int:

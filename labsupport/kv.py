@@ -207,6 +207,14 @@ def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "fp16") -> int:
     return elements * dtype_bits(kv_dtype) // 8
 
 
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """Blocks of ``block_size`` slots that hold ``num_tokens`` tokens: ⌈num_tokens / block_size⌉ —
+    the block maths of the paged cache, in one place (the block manager, attention metadata, the
+    runner's slots, the simulators and benchmarks call it). Unchecked arithmetic for the hot path:
+    :func:`labsupport.serving_math.blocks_needed` is the checked public form."""
+    return -(-int(num_tokens) // int(block_size))
+
+
 def kv_bytes(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "fp16") -> int:
     """Bytes of the whole KV cache for ``batch`` sequences of ``seq_len`` tokens.
 

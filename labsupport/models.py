@@ -52,10 +52,9 @@ class LoadedModel:
     def eos_token_ids(self) -> frozenset[int]:
         """Every end-of-sequence id: the tokenizer's and those of the model's config and
         generation config (instruction-tuned checkpoints often list several)."""
-        from .stopping import eos_ids_of
+        from .stopping import model_eos_ids
 
-        return eos_ids_of(self.tokenizer.eos_token_id, getattr(self.model.config, "eos_token_id", None),
-                          getattr(getattr(self.model, "generation_config", None), "eos_token_id", None))
+        return model_eos_ids(self.model, self.tokenizer)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added).

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .kv import PRESETS, kv_bytes_per_token
+from .kv import blocks_needed as _blocks_needed
 from .validation import check_int, check_real
 
 KiB = 1024
@@ -66,7 +67,7 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     """
     check_int("num_tokens", num_tokens, 0)
     check_int("block_size", block_size, 1)
-    return -(-num_tokens // block_size)
+    return _blocks_needed(num_tokens, block_size)
 
 
 def requests_that_fit(memory_bytes: float, bytes_per_request: float) -> int:

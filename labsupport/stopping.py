@@ -1,9 +1,12 @@
-"""When a sequence is finished, why, and what its text is: the one stopping path.
+"""When a sequence is finished, why, and what its text is: the stop rule, the model's end ids and
+the context window — one place for each.
 
-Every decoding path — :func:`labsupport.generation.generate`, beam search, the paged
-``LLMEngine`` and both speculative paths — builds a :class:`StopRule` once per request and
-asks :meth:`StopRule.check` after each new token. The rule follows vLLM's
-``SamplingParams`` semantics:
+Every decoding path — :func:`labsupport.generation.generate`, ``generate_batch``, beam search,
+the paged ``LLMEngine`` and ``SpeculativeEngine``, :func:`~labsupport.speculative.speculative_generate`
+— builds a :class:`StopRule` once per request (from :func:`model_eos_ids` and a ``max_tokens``
+cut to :func:`context_room`) and asks :meth:`StopRule.check` after each new token (a
+speculative round, which commits several, asks :meth:`StopRule.first_finish`). The rule
+follows vLLM's ``SamplingParams`` semantics:
 
 * ``"stop"``: the token is an end-of-sequence id (a model may have several: instruction-tuned
   checkpoints list more than one in ``generation_config.eos_token_id``), one of
@@ -28,6 +31,20 @@ def stop_string_index(text: str, stops: Sequence[str]) -> int | None:
     """Index where the earliest of ``stops`` starts in ``text``, or ``None``."""
     hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(hits) if hits else None
+
+
+def context_room(n_positions: int, prompt_len: int) -> int:
+    """New tokens the context window leaves after a prompt: ``n_positions − prompt_len`` (vLLM's
+    rule: a prompt that alone fills the window can never run; one that fits runs until
+    ``max_tokens`` or the window is full, then finishes with ``"length"``). ≤ 0: no room."""
+    return int(n_positions) - int(prompt_len)
+
+
+def model_eos_ids(model, tokenizer=None) -> frozenset[int]:
+    """Every end-of-sequence id of a ``transformers`` model: its tokenizer's, its config's and its
+    generation config's (instruction-tuned checkpoints often list several)."""
+    return eos_ids_of(getattr(tokenizer, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
+                      getattr(getattr(model, "generation_config", None), "eos_token_id", None))
 
 
 def eos_ids_of(*sources) -> frozenset[int]:

@@ -12,7 +12,7 @@ def run_request(bm: BlockManager, seq_id, prompt, new_tokens):
     bm.mark_computed(seq_id, len(prompt))
     for tok in new_tokens[:-1]:
         bm.append_slot(seq_id, tok)
-        bm.mark_computed(seq_id, bm.num_tokens(seq_id))
+        bm.mark_computed(seq_id, bm.num_slots(seq_id))
     bm.audit()
     bm.free(seq_id)
 
@@ -177,7 +177,7 @@ def test_exhaustion_is_reported_not_crashed():
         bm.append_slot(0, 5)
     with pytest.raises(NoFreeBlocksError):
         bm.append_slots(0, [5, 6])
-    assert bm.num_tokens(0) == 4
+    assert bm.num_slots(0) == 4
     bm.audit()
 
 
@@ -186,10 +186,10 @@ def test_truncate_rolls_back_slots_and_blocks():
     bm.allocate("s", [1, 2, 3, 4, 5])
     bm.mark_computed("s", 5)
     slots = bm.append_slots("s", [6, 7, 8, 9, 10])                   # γ = 5 draft tokens
-    assert len(slots) == 5 and bm.num_tokens("s") == 10 and len(bm.block_table("s")) == 3
+    assert len(slots) == 5 and bm.num_slots("s") == 10 and len(bm.block_table("s")) == 3
     bm.mark_computed("s", 10)
     dropped = bm.truncate("s", 6)                                     # keep 1 accepted token
-    assert len(dropped) == 1 and bm.num_tokens("s") == 6 and len(bm.block_table("s")) == 2
+    assert len(dropped) == 1 and bm.num_slots("s") == 6 and len(bm.block_table("s")) == 2
     second = bm.blocks[bm.block_table("s")[1]]
     assert second.token_ids == [5, 6] and second.hash is None          # no stale cache entry
     block, offset, _ = bm.append_slot("s", 42)

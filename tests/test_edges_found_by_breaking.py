@@ -64,7 +64,7 @@ def test_allocate_validates_token_ids_before_taking_a_block(ids):
     bm.allocate("b", [1, 2, 3])
     with pytest.raises(TypeError, match="token_ids"):
         bm.append_slots("b", [4, "x"])
-    assert bm.num_tokens("b") == 3 and bm.num_free_blocks == 7
+    assert bm.num_slots("b") == 3 and bm.num_free_blocks == 7
     bm.audit()
 
 

@@ -102,8 +102,8 @@ def test_extend_and_rollback_for_draft_verification(tiny_lm):
     assert out["s"].shape[0] == 6
     accepted = drafts[:2]                                          # say 2 accepted, 3 rejected
     table = bm.block_table("s")                                    # 13 tokens in 4 blocks of 4
-    freed = bm.truncate("s", bm.num_tokens("s") - 3)
-    assert bm.num_tokens("s") == len(prompt) + 1 + 2
+    freed = bm.truncate("s", bm.num_slots("s") - 3)
+    assert bm.num_slots("s") == len(prompt) + 1 + 2
     assert freed == table[3:] and bm.block_table("s") == table[:3]  # 10 tokens need 3 blocks
     out = extend(runner, bm, {"s": [42]})                           # the correction token
     seq = prompt + [last] + accepted + [42]
@@ -386,7 +386,7 @@ def test_snapshot_describes_queues_and_pool(tiny_lm):
     first = engine.history[0]
     assert first.step == 1 and first.running == ["0", "1"] and first.waiting == ["2"]
     assert first.scheduled_tokens == {"0": 6, "1": 6} and first.num_batched_tokens == 12
-    assert first.num_tokens == {"0": 6, "1": 6}
+    assert first.num_slots == {"0": 6, "1": 6}
     assert [len(t) for t in first.block_tables.values()] == [2, 2]
     for snap in engine.history:
         assert snap.num_free_blocks + snap.num_evictable_blocks + snap.num_used_blocks == snap.num_blocks == 6

@@ -168,7 +168,7 @@ def test_swapping_out_two_forks_that_share_a_block(tiny_lm, params):
     engine.step()                                                   # b's copy-on-write preempts b.2 and b.1
     bm, runner = engine.block_manager, engine.runner
     assert bm.is_swapped("b.1") and bm.is_swapped("b.2")
-    m = bm.num_tokens("b.1")
+    m = bm.num_slots("b.1")
     resident = runner.kv_cache[:, :, bm.block_table("b")[0], :m]   # the same prompt + first token
     for fork in ("b.1", "b.2"):
         torch.testing.assert_close(runner.cpu_cache[:, :, bm.block_table(fork)[0], :m], resident)

@@ -38,9 +38,9 @@ def test_admission_by_token_budget_without_chunking():
     sch.add(Sequence("a", [1] * 6, 3))
     sch.add(Sequence("b", [1] * 6, 3))
     out = step(sch)
-    assert [(s.seq.seq_id, s.num_tokens) for s in out.scheduled] == [("a", 6)]      # b's 6 > 4 left
+    assert [(s.seq.seq_id, s.num_new_tokens) for s in out.scheduled] == [("a", 6)]      # b's 6 > 4 left
     out = step(sch)
-    assert [(s.seq.seq_id, s.num_tokens) for s in out.scheduled] == [("a", 1), ("b", 6)]
+    assert [(s.seq.seq_id, s.num_new_tokens) for s in out.scheduled] == [("a", 1), ("b", 6)]
 
 
 def test_admission_by_free_blocks_and_max_num_seqs():
@@ -59,7 +59,7 @@ def test_chunked_prefill_splits_prompt_and_decodes_go_first():
     sch, _ = make(num_blocks=32, max_num_batched_tokens=10, enable_chunked_prefill=True, max_prefill_chunk=8)
     sch.add(Sequence("short", [1] * 3, 5))
     sch.add(Sequence("long", [1] * 20, 2))
-    plan = [[(s.seq.seq_id, s.num_tokens) for s in step(sch).scheduled] for _ in range(4)]
+    plan = [[(s.seq.seq_id, s.num_new_tokens) for s in step(sch).scheduled] for _ in range(4)]
     assert plan[0] == [("short", 3), ("long", 7)]                  # budget 10: 3 + 7
     assert plan[1] == [("short", 1), ("long", 8)]                  # the decode first, then a chunk
     assert plan[2] == [("short", 1), ("long", 5)]                  # the rest of the prompt

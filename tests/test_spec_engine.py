@@ -60,7 +60,7 @@ def test_rejected_slots_are_freed_each_round(pair):
         finished = original(seqs)
         for s in seqs:
             if not s.finish_reason:
-                n = eng.block_manager.num_tokens(s.request_id)
+                n = eng.block_manager.num_slots(s.request_id)
                 seen.append((n, len(s.token_ids)))
                 assert n == len(s.token_ids) - 1
                 assert len(eng.block_manager.block_table(s.request_id)) == eng.block_manager.blocks_needed(n)

@@ -416,7 +416,7 @@ def test_kv_rollback_keeps_caches_consistent(pair):
 
     def checked(engine, s, draft_, path, hidden, logits):
         observe(engine, s, draft_, path, hidden, logits)
-        n = prop.block_manager.num_tokens(s.request_id)
+        n = prop.block_manager.num_slots(s.request_id)
         seen.append(n)
         assert n <= len(s.token_ids) - 1              # the draft's cache holds a prefix of the committed ids
         assert prop.block_manager.block_tables()[s.request_id].__len__() == prop.block_manager.blocks_needed(n)

@@ -145,7 +145,7 @@ def audited(engine: SpeculativeEngine) -> list[int]:
         for s in seqs:
             if not s.finish_reason:
                 n = len(s.token_ids) - 1
-                assert engine.block_manager.num_tokens(s.request_id) == n
+                assert engine.block_manager.num_slots(s.request_id) == n
                 assert len(engine.block_manager.block_table(s.request_id)) == engine.block_manager.blocks_needed(n)
             if s.trees and s.trees[-1][1] and any(n != d for d, n in enumerate(s.trees[-1][1], 1)):
                 moved.append(1)

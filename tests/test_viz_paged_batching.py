@@ -119,7 +119,7 @@ def test_panels_build_and_react():
     sliders[1].value = 64                                               # block size
     assert "block tables" in lab.children[0].children[1].children[1].value
     frames = [tl.frame_from_snapshot(type("S", (), {"step": k, "time": 0.0, "block_tables": {"0": list(range(k + 1))},
-                                                        "num_tokens": {"0": 4 * k + 1}, "ref_counts": [1] * 8,
+                                                        "num_slots": {"0": 4 * k + 1}, "ref_counts": [1] * 8,
                                                         "scheduled_tokens": {"0": 1}, "waiting": [], "swapped": [],
                                                         "finished": [], "preempted": [], "num_free_blocks": 0})())
               for k in range(3)]

@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from labsupport.kv import blocks_needed
+
 PROMPTS = [
     "Return the number of items in the list.",
     "If the value is not given, the default",
@@ -147,7 +149,7 @@ def kv_slot_use(lm, prompts: list[list[int]], max_news: list[int], block_size: i
         engine.step()
         tables = bm.block_tables()
         for rid, table in tables.items():
-            n = bm.num_tokens(rid)
+            n = bm.num_slots(rid)
             tokens += n
             peak[rid] = max(peak.get(rid, (0, 0)), (n, len(table)))
         paged += bm.num_used_blocks * block_size
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine benchmark: model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M "
           f"parameters), {torch.get_num_threads()} torch thread(s), greedy, EOS ignored, block size {bs}, "
           f"median of {args.repeats}")
-    num_blocks = args.batch * -(-(max(map(len, prompts)) + max(n, args.long)) // bs) + args.batch
+    num_blocks = args.batch * blocks_needed(max(map(len, prompts)) + max(n, args.long), bs) + args.batch
     engine = LLMEngine(lm, block_size=bs, num_blocks=num_blocks, max_num_seqs=args.batch)
 
     def ours_one_by_one():

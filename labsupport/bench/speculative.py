@@ -35,6 +35,7 @@ import torch
 
 from labsupport.engine import LLMEngine
 from labsupport.generation import _prompt_ids, generate
+from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams
 from labsupport.speculative import (
@@ -220,7 +221,7 @@ def compare_with_engine(target: LoadedModel, draft: LoadedModel | None, prompt: 
     check_int("batch", batch, 1)
     check_int("repeats", repeats, 1)
     prompts = [list(prompt)] * batch
-    blocks = batch * ((len(prompt) + max_new_tokens + gamma) // block_size + 2)
+    blocks = batch * (blocks_needed(len(prompt) + max_new_tokens + gamma, block_size) + 1)
     best_plain = best_spec = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -40,6 +40,7 @@ import torch
 from labsupport.engine.block_manager import BlockManager
 from labsupport.engine.extend import extend
 from labsupport.engine.model_runner import ModelRunner
+from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams
 from labsupport.speculative import PROSE, REPETITIVE
@@ -68,7 +69,7 @@ def forward_costs(target: LoadedModel, context: Sequence[int], sizes: Sequence[i
                   repeats: int = 10) -> dict[int, float]:
     """Seconds of one paged target forward over ``n`` new tokens for each of ``batch`` sequences holding
     ``context`` (fastest of the repeats, after two warm-ups; the sizes interleaved)."""
-    blocks = batch * (-(-(len(context) + max(sizes)) // 16) + 1)
+    blocks = batch * (blocks_needed(len(context) + max(sizes), 16) + 1)
     runner, bm = ModelRunner(target, 16, blocks), BlockManager(blocks, 16)
     extend(runner, bm, {b: list(context) for b in range(batch)}, all_logits=False)
     best = {n: float("inf") for n in sizes}
@@ -109,7 +110,7 @@ class MethodRow:
 def _run(target, make, prompts, params, max_new, block_size=16):
     proposer = make()
     extra = 0 if proposer is None else proposer.max_draft_tokens
-    blocks = len(prompts) * ((len(prompts[0]) + max_new + extra) // block_size + 2)
+    blocks = len(prompts) * (blocks_needed(len(prompts[0]) + max_new + extra, block_size) + 1)
     eng = SpeculativeEngine(target, proposer, block_size=block_size, num_blocks=blocks, max_num_seqs=len(prompts))
     t0 = time.perf_counter()
     outs = eng.generate(prompts, params, max_new)

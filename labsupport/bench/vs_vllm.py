@@ -30,6 +30,7 @@ import statistics
 
 import torch
 
+from ..kv import blocks_needed
 from ..vllm_bridge import HOW_TO, VLLMError, VLLMWorker, drive, first_divergence, latency, requests_for, vllm_python
 from .engine import PROMPTS
 
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [lm.encode(p) for p in PROMPTS]
     jobs = workloads(prompts, args.new_tokens, args.short, args.long, args.batch, args.requests)
     longest = max(len(p) for p in prompts) + max(args.new_tokens, args.long)
-    num_blocks = args.requests * -(-longest // args.block_size) + args.batch
+    num_blocks = args.requests * blocks_needed(longest, args.block_size) + args.batch
     settings = {"block_size": args.block_size, "max_num_seqs": args.requests, "enable_prefix_caching": False}
     engine = LLMEngine(lm, num_blocks=num_blocks, **settings)
     print(f"vLLM benchmark: model {args.model}, {torch.get_num_threads()} thread(s) each, greedy, EOS ignored, "

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..kv import blocks_needed
+
 
 @dataclass
 class AttentionMetadata:
@@ -126,7 +128,7 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
     if trees and len(tree_parents) != len(query_lens):
         raise ValueError(f"tree_parents must have one entry per sequence ({len(query_lens)}), got {len(tree_parents)}")
     num_seqs, max_q, max_ctx = len(query_lens), max(query_lens), max(ctx_lens)
-    max_blocks = -(-max_ctx // block_size)
+    max_blocks = blocks_needed(max_ctx, block_size)
     padded = [list(t[:max_blocks]) + [0] * (max_blocks - min(len(t), max_blocks)) for t in block_tables]
     slots = [t[p // block_size] * block_size + p % block_size
              for t, s, q in zip(block_tables, start_positions, query_lens) for p in range(s, s + q)]

@@ -20,6 +20,7 @@ import torch
 
 from ..beam import BeamSearcher, BeamSearchResult, _validate
 from ..generation import _check_length, _prompt_ids
+from ..kv import blocks_needed
 from ..models import LoadedModel
 from .block_manager import BlockManager
 from .extend import extend
@@ -86,7 +87,7 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
     searches = [BeamSearcher(lm, ids, beam_width, _check_length(lm, len(ids), max_new_tokens), length_penalty,
                              early_stopping, ends) for ids in rows]          # the one context-window rule
     if num_blocks is None:
-        per_beam = -(-max(len(r) + s.max_new_tokens for r, s in zip(rows, searches)) // block_size) + 1
+        per_beam = blocks_needed(max(len(r) + s.max_new_tokens for r, s in zip(rows, searches)), block_size) + 1
         num_blocks = len(rows) * (2 * beam_width) * per_beam
     bm = BlockManager(num_blocks, block_size)
     runner = ModelRunner(lm, block_size, num_blocks)
@@ -99,7 +100,7 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
     while feed:
         logits = extend(runner, bm, feed, all_logits=False)              # {seq id: (1, vocab)}
         if any(calls):                                                  # after a decode step: blocks held
-            private = sum(bm.blocks_needed(bm.num_tokens(s)) for s in feed)
+            private = sum(bm.blocks_needed(bm.num_slots(s)) for s in feed)
             sharing.append(BlockSharing(step=max(s.steps for s in searches), used_blocks=bm.num_used_blocks,
                                         private_blocks=private, block_tables={s: bm.block_table(s) for s in feed}))
         next_feed: dict[str, list[int]] = {}

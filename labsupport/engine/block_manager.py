@@ -24,6 +24,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Hashable, Sequence
 
+from ..kv import blocks_needed
 from ..validation import check_bool, check_int, check_token_ids
 from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
 from .swap_space import SwapSpace
@@ -63,7 +64,7 @@ class BlockManager:
         self.num_cpu_blocks = num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.swap_space = SwapSpace(num_cpu_blocks)
         self._tables: dict[SeqId, list[int]] = {}                   # seq -> physical block ids
-        self._num_tokens: dict[SeqId, int] = {}                     # seq -> tokens with a slot
+        self._num_slots: dict[SeqId, int] = {}                     # seq -> tokens with a slot
         self._chain: dict[SeqId, list[int]] = {}                    # seq -> hashes of its computed full blocks
         self._swapped: set[SeqId] = set()                           # seqs whose table is in CPU blocks
         self.num_prefix_hit_blocks = 0                              # blocks reused from the cache (total)
@@ -100,7 +101,7 @@ class BlockManager:
 
     def blocks_needed(self, num_tokens: int) -> int:
         """``ceil(num_tokens / block_size)``: blocks that hold ``num_tokens`` slots."""
-        return -(-int(num_tokens) // self.block_size)
+        return blocks_needed(num_tokens, self.block_size)
 
     # ------------------------------------------------------------------ sequences
     def has_seq(self, seq_id: SeqId) -> bool:
@@ -117,10 +118,10 @@ class BlockManager:
         """Every resident (not swapped) sequence's block table."""
         return {s: list(t) for s, t in self._tables.items() if s not in self._swapped}
 
-    def num_tokens(self, seq_id: SeqId) -> int:
+    def num_slots(self, seq_id: SeqId) -> int:
         """Tokens of the sequence that have a slot."""
         self._table(seq_id)
-        return self._num_tokens[seq_id]
+        return self._num_slots[seq_id]
 
     def ref_count(self, block_id: int) -> int:
         return self.blocks[block_id].ref_count
@@ -135,7 +136,7 @@ class BlockManager:
         Raises:
             ValueError: a position the sequence has no slot for.
         """
-        table, bs, n = self._table(seq_id), self.block_size, self._num_tokens[seq_id]
+        table, bs, n = self._table(seq_id), self.block_size, self._num_slots[seq_id]
         out = []
         for p in positions:
             if not 0 <= p < n:
@@ -168,7 +169,7 @@ class BlockManager:
         """
         if not self.enable_prefix_caching or seq_id in self._swapped:
             return
-        full = min(int(num_computed_tokens), self._num_tokens[seq_id]) // self.block_size
+        full = min(int(num_computed_tokens), self._num_slots[seq_id]) // self.block_size
         self.pool.register_full_blocks(self._table(seq_id), self._chain[seq_id], full, self.block_size)
 
     # ------------------------------------------------------------------ allocation
@@ -215,7 +216,7 @@ class BlockManager:
             block.token_ids = [int(t) for t in token_ids[i * bs:(i + 1) * bs]]
             table.append(block.block_id)
         self._tables[seq_id] = table
-        self._num_tokens[seq_id] = len(token_ids)
+        self._num_slots[seq_id] = len(token_ids)
         self._chain[seq_id] = [h for h, _ in hits]
         return len(hits) * bs
 
@@ -224,7 +225,7 @@ class BlockManager:
         return self._blocks_to_append(seq_id, num_tokens) <= self.num_available_blocks
 
     def _blocks_to_append(self, seq_id: SeqId, num_tokens: int) -> int:
-        table, n, bs = self._table(seq_id), self._num_tokens[seq_id], self.block_size
+        table, n, bs = self._table(seq_id), self._num_slots[seq_id], self.block_size
         new = self.blocks_needed(n + num_tokens) - len(table)
         if n % bs and self.blocks[table[-1]].ref_count > 1 and num_tokens > 0:
             new += 1                                            # copy of the shared last block
@@ -244,7 +245,7 @@ class BlockManager:
         """
         if seq_id in self._swapped:
             raise ValueError(f"sequence {seq_id!r} is swapped out; swap_in first")
-        table, n, bs = self._table(seq_id), self._num_tokens[seq_id], self.block_size
+        table, n, bs = self._table(seq_id), self._num_slots[seq_id], self.block_size
         offset, copied_from = n % bs, None
         if offset == 0:                                         # last block full (or none yet)
             table.append(self.pool.take().block_id)
@@ -259,7 +260,7 @@ class BlockManager:
             self.pool.unregister(block)
         del block.token_ids[offset:]
         block.token_ids.append(int(token_id))
-        self._num_tokens[seq_id] = n + 1
+        self._num_slots[seq_id] = n + 1
         return table[-1], offset, copied_from
 
     def append_slots(self, seq_id: SeqId, token_ids: Sequence[int]) -> list[Slot]:
@@ -288,7 +289,7 @@ class BlockManager:
         """
         if seq_id not in self._tables:
             return self.allocate(seq_id, token_ids), []
-        start = self._num_tokens[seq_id]
+        start = self._num_slots[seq_id]
         slots = self.append_slots(seq_id, token_ids)
         return start, [(src, block) for block, _, src in slots if src is not None]
 
@@ -306,7 +307,7 @@ class BlockManager:
         for block_id in table:
             self.pool.acquire(block_id)
         self._tables[child_id] = list(table)
-        self._num_tokens[child_id] = self._num_tokens[parent_id]
+        self._num_slots[child_id] = self._num_slots[parent_id]
         self._chain[child_id] = list(self._chain[parent_id])
 
     def truncate(self, seq_id: SeqId, num_tokens: int) -> list[int]:
@@ -321,7 +322,7 @@ class BlockManager:
         Raises:
             ValueError: ``num_tokens`` outside ``[0, num_tokens(seq_id)]``, or a swapped sequence.
         """
-        table, n = self._table(seq_id), self._num_tokens[seq_id]
+        table, n = self._table(seq_id), self._num_slots[seq_id]
         if seq_id in self._swapped:
             raise ValueError(f"sequence {seq_id!r} is swapped out; swap_in first")
         num_tokens = check_int("num_tokens", num_tokens, 0, n, hint=f" for sequence {seq_id!r}")
@@ -335,7 +336,7 @@ class BlockManager:
             block = self.blocks[table[-1]]
             self.pool.unregister(block)
             del block.token_ids[offset:]
-        self._num_tokens[seq_id] = num_tokens
+        self._num_slots[seq_id] = num_tokens
         del self._chain[seq_id][num_tokens // self.block_size:]
         return dropped
 
@@ -356,7 +357,7 @@ class BlockManager:
         else:
             for block_id in reversed(table):
                 self.pool.release(block_id)
-        del self._tables[seq_id], self._num_tokens[seq_id], self._chain[seq_id]
+        del self._tables[seq_id], self._num_slots[seq_id], self._chain[seq_id]
 
     # ------------------------------------------------------------------ swap (preemption by swap)
     def can_swap_out(self, seq_id: SeqId) -> bool:
@@ -414,7 +415,7 @@ class BlockManager:
             table[i] = block.block_id
         self._swapped.discard(seq_id)
         self._chain[seq_id] = []                                # re-registered by mark_computed
-        self.mark_computed(seq_id, self._num_tokens[seq_id])
+        self.mark_computed(seq_id, self._num_slots[seq_id])
         return mapping
 
     # ------------------------------------------------------------------ checks
@@ -429,8 +430,8 @@ class BlockManager:
         for seq_id, table in self._tables.items():
             if seq_id in self._swapped:
                 continue
-            if len(table) != self.blocks_needed(self._num_tokens[seq_id]):
-                raise RuntimeError(f"sequence {seq_id!r}: {len(table)} blocks for {self._num_tokens[seq_id]} tokens")
+            if len(table) != self.blocks_needed(self._num_slots[seq_id]):
+                raise RuntimeError(f"sequence {seq_id!r}: {len(table)} blocks for {self._num_slots[seq_id]} tokens")
             for block_id in table:
                 refs[block_id] += 1
         self.pool.audit(refs)

@@ -25,7 +25,7 @@ from dataclasses import fields, replace
 import torch
 
 from ..sampling import GREEDY, SamplingParams
-from ..stopping import StopRule, eos_ids_of
+from ..stopping import StopRule, context_room, model_eos_ids
 from ..validation import check_int, check_token_ids, check_type, is_int, is_real
 from .block_manager import BlockManager, NoFreeBlocksError
 from .config import EngineConfig
@@ -33,7 +33,7 @@ from .metrics import RequestMetrics
 from .model_runner import ModelRunner
 from .outputs import EngineSnapshot, RequestOutput
 from .request import Request
-from .sampler import sample_rows
+from .sampler import SampleRow, sample_rows
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import Sequence as Seq
 from .sequence import SequenceStatus
@@ -80,9 +80,7 @@ class LLMEngine:
         self.scheduler = Scheduler(SchedulerConfig(cfg.max_num_seqs, budget, cfg.preemption_mode,
                                                    cfg.enable_chunked_prefill, cfg.max_prefill_chunk),
                                    self.block_manager)
-        self.eos_token_ids = (lm.eos_token_ids if hasattr(lm, "eos_token_ids") else
-                              eos_ids_of(getattr(model.config, "eos_token_id", None),
-                                         getattr(getattr(model, "generation_config", None), "eos_token_id", None)))
+        self.eos_token_ids = model_eos_ids(model, self.tokenizer)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
         self.requests: dict[str, Request] = {}
         self.history: list[EngineSnapshot] = []
@@ -143,7 +141,7 @@ class LLMEngine:
         now = self.config.clock()
         if arrival_time is not None and not (is_real(arrival_time) and arrival_time <= now):
             raise ValueError(f"arrival_time must be a time <= the engine clock now ({now}), got {arrival_time!r}")
-        room = self.runner.max_positions - len(ids)               # context window left for new tokens
+        room = context_room(self.runner.max_positions, len(ids))   # the context window's one rule
         max_new = max(1, min(requested, room))
         seq = Seq(request_id, ids, max_new)
         req = Request(seq, params, text, self._generator_for(params, 0),
@@ -345,7 +343,7 @@ class LLMEngine:
         self.runner.copy_blocks(out.blocks_to_copy)
         logits = None
         if out.scheduled:                                                      # 3. run the model
-            logits = self.runner.forward([s.seq.token_ids[s.start:s.start + s.num_tokens] for s in out.scheduled],
+            logits = self.runner.forward([s.seq.token_ids[s.start:s.start + s.num_new_tokens] for s in out.scheduled],
                                          [s.start for s in out.scheduled],
                                          [self.block_manager.block_table(s.seq.seq_id) for s in out.scheduled])
         self.scheduler.on_step_done(out)
@@ -353,8 +351,8 @@ class LLMEngine:
         rows = self._rows_to_sample(out, now)                                  # 4. sample
         masks = [r.grammar.allowed_token_mask(r.grammar_state()) if r.grammar is not None else None
                  for _, r in rows]                                     # structured output: per-request masks
-        tokens = sample_rows(logits, [(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
-                                       r.stop_rule.end_ids) for i, r in rows], masks)
+        tokens = sample_rows(logits, [SampleRow(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
+                                                r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
             self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions

@@ -43,7 +43,7 @@ def extend(runner: ModelRunner, block_manager: BlockManager, new_tokens: Mapping
     """
     for seq_id, ids in new_tokens.items():                                  # check everything before reserving
         ids = check_token_ids(f"new_tokens[{seq_id!r}]", ids, runner.vocab_size)
-        end = (block_manager.num_tokens(seq_id) if block_manager.has_seq(seq_id) else 0) + len(ids)
+        end = (block_manager.num_slots(seq_id) if block_manager.has_seq(seq_id) else 0) + len(ids)
         if end > runner.max_positions:
             raise ValueError(f"positions must be < n_positions={runner.max_positions}, "
                              f"got sequence {seq_id!r} of {end} tokens")
@@ -52,7 +52,7 @@ def extend(runner: ModelRunner, block_manager: BlockManager, new_tokens: Mapping
         ids = [int(t) for t in ids]
         start, copies = block_manager.reserve(seq_id, ids)
         runner.copy_blocks(copies)
-        todo = block_manager.num_tokens(seq_id) - start                     # prefix hits are not recomputed
+        todo = block_manager.num_slots(seq_id) - start                     # prefix hits are not recomputed
         seqs.append(seq_id)
         tokens.append(ids[len(ids) - todo:])
         starts.append(start)
@@ -60,5 +60,5 @@ def extend(runner: ModelRunner, block_manager: BlockManager, new_tokens: Mapping
     rows = runner.extend(tokens, starts, [block_manager.block_table(s) for s in seqs], all_logits=all_logits,
                          tree_parents=parents, num_layers=num_layers, return_hidden=return_hidden)
     for seq_id in seqs:
-        block_manager.mark_computed(seq_id, block_manager.num_tokens(seq_id))
+        block_manager.mark_computed(seq_id, block_manager.num_slots(seq_id))
     return dict(zip(seqs, rows))

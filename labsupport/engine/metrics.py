@@ -43,7 +43,8 @@ class RequestMetrics:
     num_preemptions: int = 0
 
     @property
-    def num_tokens(self) -> int:
+    def num_output_tokens(self) -> int:
+        """Tokens generated (one time stamp each)."""
         return len(self.token_times)
 
     @property
@@ -93,7 +94,7 @@ def throughput(metrics: Iterable[RequestMetrics]) -> float:
     """Generated tokens per second over the window first arrival → last finish (0 if empty)."""
     metrics = list(metrics)
     span = _window(metrics)
-    return sum(m.num_tokens for m in metrics) / span if span > 0 else 0.0
+    return sum(m.num_output_tokens for m in metrics) / span if span > 0 else 0.0
 
 
 def request_throughput(metrics: Iterable[RequestMetrics]) -> float:

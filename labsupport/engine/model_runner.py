@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..kv import blocks_needed
 from ..validation import check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
 
@@ -254,7 +255,7 @@ class ModelRunner:
     # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
     def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
         pos = torch.arange(start, start + num_tokens)
-        if num_tokens and (start < 0 or -(-(start + num_tokens) // self.block_size) > len(block_table)):
+        if num_tokens and (start < 0 or blocks_needed(start + num_tokens, self.block_size) > len(block_table)):
             raise ValueError(f"block table of {len(block_table)} blocks holds no slots for positions "
                              f"{start}..{start + num_tokens - 1}")
         table = torch.tensor(list(block_table), dtype=torch.long)

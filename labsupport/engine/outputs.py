@@ -64,7 +64,7 @@ class EngineSnapshot:
         step: steps done so far.
         time: the clock at the snapshot.
         block_tables: ``{request_id: [physical block ids]}`` of resident sequences.
-        num_tokens: ``{request_id: tokens holding a slot}`` (slots used in its blocks).
+        num_slots: ``{request_id: tokens holding a slot}`` (slots used in its blocks).
         num_free_blocks / num_evictable_blocks / num_used_blocks: the pool
             (free + evictable + used = num_blocks).
         ref_counts: ref count of every block, by block id.
@@ -80,7 +80,7 @@ class EngineSnapshot:
     block_size: int
     num_blocks: int
     block_tables: dict[str, list[int]]
-    num_tokens: dict[str, int]
+    num_slots: dict[str, int]
     num_free_blocks: int
     num_evictable_blocks: int
     num_used_blocks: int
@@ -104,12 +104,12 @@ class EngineSnapshot:
         """The snapshot of a block manager and scheduler after a step whose decisions were ``out``."""
         tables = bm.block_tables()
         return cls(step=step, time=now, block_size=bm.block_size, num_blocks=bm.num_blocks,
-                   block_tables=tables, num_tokens={s: bm.num_tokens(s) for s in tables},
+                   block_tables=tables, num_slots={s: bm.num_slots(s) for s in tables},
                    num_free_blocks=bm.num_free_blocks, num_evictable_blocks=bm.num_evictable_blocks,
                    num_used_blocks=bm.num_used_blocks, ref_counts=bm.ref_counts(),
                    waiting=[s.seq_id for s in scheduler.waiting], running=[s.seq_id for s in scheduler.running],
                    swapped=[s.seq_id for s in scheduler.swapped],
-                   scheduled_tokens={s.seq.seq_id: s.num_tokens for s in out.scheduled},
+                   scheduled_tokens={s.seq.seq_id: s.num_new_tokens for s in out.scheduled},
                    preempted=list(out.preempted), finished=list(finished),
                    swapped_out=list(out.blocks_to_swap_out), swapped_in=dict(out.blocks_to_swap_in),
                    copied=list(out.blocks_to_copy))

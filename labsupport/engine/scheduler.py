@@ -78,16 +78,16 @@ class SchedulerConfig:
 
 @dataclass
 class ScheduledSeq:
-    """One sequence's share of a step: tokens ``[start, start + num_tokens)`` run through the model."""
+    """One sequence's share of a step: tokens ``[start, start + num_new_tokens)`` run through the model."""
 
     seq: Sequence
     start: int
-    num_tokens: int
+    num_new_tokens: int
 
     @property
     def completes_prompt(self) -> bool:
         """True when after this step every token is computed, so a new token is sampled."""
-        return self.start + self.num_tokens == self.seq.num_tokens
+        return self.start + self.num_new_tokens == self.seq.num_tokens
 
 
 @dataclass
@@ -111,7 +111,7 @@ class SchedulerOutput:
 
     @property
     def num_batched_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
+        return sum(s.num_new_tokens for s in self.scheduled)
 
     @property
     def is_empty(self) -> bool:
@@ -193,7 +193,7 @@ class Scheduler:
             if n == 0:                                          # budget spent: waits a step, keeps its blocks
                 kept.append(seq)
                 continue
-            if bm.num_tokens(seq.seq_id) < seq.num_tokens:      # decode: the newest token needs a slot
+            if bm.num_slots(seq.seq_id) < seq.num_tokens:      # decode: the newest token needs a slot
                 fits = bm.can_append(seq.seq_id)                # asked once per change, not twice a step
                 while not fits and queue:
                     self._preempt(queue.pop(), out)             # the youngest gives way
@@ -214,7 +214,7 @@ class Scheduler:
         bm = self.block_manager
         while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.swapped[0]
-            if bm.blocks_needed(bm.num_tokens(seq.seq_id) + 1) > bm.num_available_blocks:
+            if bm.blocks_needed(bm.num_slots(seq.seq_id) + 1) > bm.num_available_blocks:
                 break
             self.swapped.popleft()
             out.blocks_to_swap_in.update(bm.swap_in(seq.seq_id))
@@ -249,7 +249,7 @@ class Scheduler:
         bm = self.block_manager
         seq.num_preemptions += 1
         out.preempted.append(seq.seq_id)
-        decoding = seq.output_ids and seq.num_computed_tokens == bm.num_tokens(seq.seq_id)
+        decoding = seq.output_ids and seq.num_computed_tokens == bm.num_slots(seq.seq_id)
         if self.config.preemption_mode == "swap" and decoding and bm.can_swap_out(seq.seq_id):
             out.blocks_to_swap_out.extend(bm.swap_out(seq.seq_id).items())
             seq.status = SequenceStatus.SWAPPED
@@ -263,5 +263,5 @@ class Scheduler:
     def on_step_done(self, out: SchedulerOutput) -> None:
         """After the forward: count the computed tokens and let the block manager cache full blocks."""
         for item in out.scheduled:
-            item.seq.num_computed_tokens = item.start + item.num_tokens
+            item.seq.num_computed_tokens = item.start + item.num_new_tokens
             self.block_manager.mark_computed(item.seq.seq_id, item.seq.num_computed_tokens)

@@ -184,7 +184,7 @@ def simulate(workload: Workload, policy: str, block_size: int = 16,
         for rid, table in table_now.items():
             slots = (np.asarray(table)[:, None] * bs + offsets).ravel()    # slot of each logical position
             owner[step, slots] = rid
-            used[step, slots[:bm.num_tokens(str(rid))]] = True
+            used[step, slots[:bm.num_slots(str(rid))]] = True
         rec["running"][step], rec["queued"][step] = len(sched.running), len(sched.waiting)
         rec["completed"][step], rec["preemptions"][step] = done, preempted
     return FragmentationRun(policy=policy, block_size=bs, owner=owner, used=used, block_tables=tables, **rec)

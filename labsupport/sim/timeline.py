@@ -86,7 +86,7 @@ def state_matrix(frames: Sequence[Mapping], request_ids: Sequence[Hashable]) -> 
 def frame_from_snapshot(snap, cached_blocks: Sequence[int] = (), label: str | None = None) -> dict:
     """A plain-data frame of one :class:`labsupport.engine.engine.EngineSnapshot` for the figures.
 
-    Keys: ``block_tables``, ``num_tokens``, ``ref_counts``, ``cached_blocks``, ``label``,
+    Keys: ``block_tables``, ``num_slots``, ``ref_counts``, ``cached_blocks``, ``label``,
     ``waiting``, ``running`` (ids scheduled this step), ``prefill`` (ids that ran more than
     one token, i.e. a prompt or recompute chunk, or their first token), ``swapped``,
     ``finished``, ``preempted``, ``scheduled_tokens``, ``num_free_blocks``, ``time``.
@@ -98,7 +98,7 @@ def frame_from_snapshot(snap, cached_blocks: Sequence[int] = (), label: str | No
         label: caption (default ``"step N"``).
     """
     sched = dict(snap.scheduled_tokens)
-    return {"block_tables": {k: list(v) for k, v in snap.block_tables.items()}, "num_tokens": dict(snap.num_tokens),
+    return {"block_tables": {k: list(v) for k, v in snap.block_tables.items()}, "num_slots": dict(snap.num_slots),
             "ref_counts": list(snap.ref_counts), "cached_blocks": list(cached_blocks),
             "label": label or f"step {snap.step}", "waiting": list(snap.waiting), "running": list(sched),
             "prefill": [r for r, n in sched.items() if n > 1], "swapped": list(snap.swapped),

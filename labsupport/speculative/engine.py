@@ -212,7 +212,7 @@ class SpeculativeEngine(LLMEngine):
         self.draft_seconds += t1 - t0
         self.speculative_rounds += int(speculate)
         bm = self.block_manager
-        feeds = {s.request_id: s.token_ids[bm.num_tokens(s.request_id) if bm.has_seq(s.request_id) else 0:]
+        feeds = {s.request_id: s.token_ids[bm.num_slots(s.request_id) if bm.has_seq(s.request_id) else 0:]
                  + drafts[s.request_id].tokens for s in seqs}
         out = extend(self.runner, bm, feeds, tree_parents=self._tree_parents(feeds, drafts), return_hidden=True)
         self.peak_blocks = max(self.peak_blocks, bm.num_used_blocks)

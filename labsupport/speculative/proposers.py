@@ -28,6 +28,7 @@ import torch
 from ..engine.block_manager import BlockManager
 from ..engine.extend import extend
 from ..engine.model_runner import ModelRunner
+from ..kv import blocks_needed
 from ..models import LoadedModel
 from ..validation import check_int, check_type
 from .rejection import sample_from
@@ -147,7 +148,7 @@ def pool_shape(engine) -> tuple[int, int]:
     bm = getattr(engine, "block_manager", None)
     if bm is not None:
         return bm.block_size, bm.num_blocks
-    return 16, -(-int(engine.target.model.config.n_positions) // 16) + 1
+    return 16, blocks_needed(engine.target.model.config.n_positions, 16) + 1
 
 
 class DraftModelProposer(Proposer):
@@ -196,7 +197,7 @@ class DraftModelProposer(Proposer):
     def propose(self, engine, seqs) -> dict[str, Draft]:
         """γ draft forwards for the whole batch (the first feeds whatever each cache lacks)."""
         bm = self.block_manager
-        feeds = {s.request_id: s.token_ids[bm.num_tokens(s.request_id) if bm.has_seq(s.request_id) else 0:]
+        feeds = {s.request_id: s.token_ids[bm.num_slots(s.request_id) if bm.has_seq(s.request_id) else 0:]
                  for s in seqs}
         counts = {s.request_id: min(self.num_speculative_tokens, max(s.room, 0)) for s in seqs}
 
@@ -210,7 +211,7 @@ class DraftModelProposer(Proposer):
         """Keep the draft's KV of the committed prefix only: drafts after the first rejection go."""
         rec, bm = s.rounds[-1], self.block_manager
         if bm.has_seq(s.request_id):
-            bm.truncate(s.request_id, min(rec.position + rec.num_accepted, bm.num_tokens(s.request_id)))
+            bm.truncate(s.request_id, min(rec.position + rec.num_accepted, bm.num_slots(s.request_id)))
 
     def finish(self, engine, s) -> None:
         if self.block_manager is not None and self.block_manager.has_seq(s.request_id):

@@ -135,7 +135,7 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
 
     Args:
         frames: one dict per engine step with ``block_tables`` ({request: [blocks]}),
-            ``ref_counts`` (per block), ``num_tokens`` ({request: tokens}), ``cached_blocks``
+            ``ref_counts`` (per block), ``num_slots`` ({request: tokens holding a slot}), ``cached_blocks``
             (list) and ``label`` (str) — see the chapter for how they come from
             ``LLMEngine.history``.
         num_blocks, block_size: the engine's pool.
@@ -160,7 +160,7 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
     def figure(k: int) -> go.Figure:
         f = frames[k]
         return block_table_figure(f["block_tables"], num_blocks, ref_counts=f.get("ref_counts"),
-                                  num_tokens=f.get("num_tokens"), block_size=block_size,
+                                  num_tokens=f.get("num_slots"), block_size=block_size,
                                   cached_blocks=f.get("cached_blocks", ()), title=f"{title} — {f['label']}",
                                   request_ids=ids)
 

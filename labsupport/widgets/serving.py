@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import ipywidgets as W
 import numpy as np
 
+from ..kv import blocks_needed
 from ..serving.cacheblend import CacheBlend
 from ..serving.tiers import TIERS, TieredKVCache, run_chat
 from ..viz.serving import blend_curve_figure, tier_figure
@@ -83,7 +84,7 @@ def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_bl
     from ..engine import LLMEngine
 
     longest = len(system) + sum(len(t) + new_tokens for t in max(conversations, key=len))
-    low = -(-longest // block_size) + 1                          # one conversation must fit the pool
+    low = blocks_needed(longest, block_size) + 1                          # one conversation must fit the pool
     pool = _slider(W.IntSlider(value=max(num_blocks, low), min=low, max=4 * low, description="pool blocks",
                                continuous_update=False))
     cpu = _slider(W.IntSlider(value=cpu_capacity, min=0, max=128, description="CPU tier (blocks)",
