@@ -87,6 +87,26 @@ def timing_of(samples: Sequence[float]) -> Timing:
     return Timing(tuple(float(s) for s in samples))
 
 
+def median_range(values: Sequence[float], *, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
+    """``"1.42× (1.30–1.51, 3 runs)"``: the median of repeated measurements (times, rates or ratios),
+    their range and count — the one formatter of the chapters and the benchmarks.
+
+    Args:
+        values: the repeats. scale: multiply before printing (1e3 for ms). digits: decimals.
+        unit: appended to the median (``"×"``, ``" ms"``).
+
+    Raises:
+        ValueError: no values.
+    """
+    if len(values) == 0:
+        raise ValueError("values must hold at least one measurement, got none")
+    f = f"{{:.{int(digits)}f}}"
+    med, lo, hi = (scale * float(x) for x in (statistics.median(values), min(values), max(values)))
+    if len(values) == 1:
+        return f"{f.format(med)}{unit} (1 run)"
+    return f"{f.format(med)}{unit} ({f.format(lo)}–{f.format(hi)}, {len(values)} runs)"
+
+
 def clearly_faster(a: Timing, b: Timing) -> bool:
     """True when ``a`` is faster than ``b`` beyond the noise: a's slowest run beats b's fastest.
 
@@ -98,4 +118,4 @@ def clearly_faster(a: Timing, b: Timing) -> bool:
     return a.high < b.low
 
 
-__all__ = ["Timing", "clearly_faster", "time_call", "timing_of"]
+__all__ = ["Timing", "clearly_faster", "median_range", "time_call", "timing_of"]

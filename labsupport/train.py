@@ -25,99 +25,18 @@ shipped target, on the same corpus and split, and saves them to ``assets/models/
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import random
-import re
 import sys
-import sysconfig
-import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-EOT = "<|endoftext|>"
-SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo",
-             "ensurepip", "tkinter", "__pycache__", "dist-packages", "config-3"}
+from .corpus import EOT, build_corpus, encode_documents, split_documents
 
-
-# ----------------------------------------------------------------------------- corpus
-
-def _clean(text: str) -> str | None:
-    """Dedent, re-flow each paragraph onto one line, drop paragraphs that are mostly symbols."""
-    text = textwrap.dedent(text).strip()
-    paragraphs = []
-    for para in re.split(r"\n\s*\n", text):
-        line = " ".join(para.split())
-        if not line:
-            continue
-        letters = sum(ch.isalpha() for ch in line)
-        if letters < 0.6 * len(line) or len(line) < 20:
-            continue
-        paragraphs.append(line)
-    if not paragraphs:
-        return None
-    return "\n\n".join(paragraphs)
-
-
-def _comment_blocks(source: str) -> list[str]:
-    """Runs of two or more consecutive ``#`` comment lines, joined."""
-    blocks, current = [], []
-    for raw in source.splitlines():
-        stripped = raw.strip()
-        if stripped.startswith("#") and not stripped.startswith("#!"):
-            current.append(stripped.lstrip("#").strip())
-        else:
-            if len(current) >= 2:
-                blocks.append("\n".join(current))
-            current = []
-    if len(current) >= 2:
-        blocks.append("\n".join(current))
-    return blocks
-
-
-def build_corpus(stdlib: Path | None = None, max_documents: int | None = None) -> list[str]:
-    """Documents (str) from the standard library of the running Python, in a fixed order.
-
-    Args:
-        stdlib: the standard library folder (default: the running Python's).
-        max_documents: stop early once this many raw documents are collected (smoke runs).
-
-    Returns:
-        A list of cleaned documents; each is one docstring, comment block or help topic.
-    """
-    stdlib = Path(stdlib or sysconfig.get_paths()["stdlib"])
-    docs: list[str] = []
-    for path in sorted(stdlib.rglob("*.py")):
-        rel = path.relative_to(stdlib)
-        if any(part in SKIP_DIRS or part.startswith("test") for part in rel.parts[:-1]):
-            continue
-        try:
-            source = path.read_text(encoding="utf-8")
-            tree = ast.parse(source)
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node, clean=True)
-                if doc and len(doc) > 40:
-                    docs.append(doc)
-        docs.extend(_comment_blocks(source))
-        if max_documents is not None and len(docs) >= max_documents:
-            break
-    try:
-        from pydoc_data.topics import topics
-        docs.extend(topics[k] for k in sorted(topics))
-    except ImportError:  # pragma: no cover - some distributions strip pydoc_data
-        pass
-    cleaned = [c for c in (_clean(d) for d in docs) if c]
-    return list(dict.fromkeys(cleaned))  # drop exact duplicates, keep order
-
-
-# ----------------------------------------------------------------------------- tokenizer
 
 def train_tokenizer(docs: list[str], vocab_size: int = 4096):
     """Byte-level BPE (GPT-2 style) wrapped as a ``PreTrainedTokenizerFast``."""
@@ -325,23 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         docs = docs[:400]
         args.target_steps, args.draft_steps = 3, 3
-    rng = random.Random(args.seed)
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    n_val = max(1, int(0.03 * len(docs)))
-    val_docs = [docs[i] for i in order[:n_val]]
-    train_docs = [docs[i] for i in order[n_val:]]
-    tok = train_tokenizer(train_docs, vocab_size=512 if args.smoke else 4096)
+    train_idx, val_idx = split_documents(docs, args.seed)
+    tok = train_tokenizer([docs[i] for i in train_idx], vocab_size=512 if args.smoke else 4096)
     eos = tok.eos_token_id
-
-    def encode(ds: list[str]) -> torch.Tensor:
-        ids: list[int] = []
-        for d in ds:
-            ids.extend(tok(d)["input_ids"])
-            ids.append(eos)
-        return torch.tensor(ids, dtype=torch.long)
-
-    train_ids, val_ids = encode(train_docs), encode(val_docs)
+    train_ids, val_ids = (encode_documents(tok, docs, which, eos) for which in (train_idx, val_idx))
     corpus_chars = sum(len(d) for d in docs)
     print(f"corpus: {len(docs)} documents, {corpus_chars / 1e6:.2f} M characters, "
           f"{len(train_ids) + len(val_ids)} tokens ({corpus_chars / (len(train_ids) + len(val_ids)):.2f} chars/token)")

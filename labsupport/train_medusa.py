@@ -8,13 +8,12 @@ the heads trained by :func:`labsupport.speculative.medusa.train_medusa`, saved t
 from __future__ import annotations
 
 import argparse
-import random
 import time
 from pathlib import Path
 
 import torch
 
-from .train import build_corpus
+from .corpus import build_corpus, encode_documents, split_documents
 
 MEDUSA_MARK = "## Medusa heads (`tiny-gpt2-medusa`)"
 
@@ -78,21 +77,10 @@ def medusa_main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     docs = build_corpus(max_documents=600 if args.smoke else None)
-    rng = random.Random(args.seed)                       # the split of the base run (same seed, same order)
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    n_val = max(1, int(0.03 * len(docs)))
+    train_docs, val_docs = split_documents(docs, args.seed)       # the split of the base run (same seed)
     target = load_model("tiny-gpt2", device="cpu")
-    eos = target.eos_token_id
-
-    def encode(ids_of: list[int]) -> torch.Tensor:
-        ids: list[int] = []
-        for i in ids_of:
-            ids.extend(target.tokenizer(docs[i])["input_ids"])
-            ids.append(eos)
-        return torch.tensor(ids, dtype=torch.long)
-
-    val_ids, train_ids = encode(order[:n_val]), encode(order[n_val:])
+    val_ids = encode_documents(target.tokenizer, docs, val_docs, target.eos_token_id)
+    train_ids = encode_documents(target.tokenizer, docs, train_docs, target.eos_token_id)
     steps = 3 if args.smoke else args.steps
     heads, stats = train_medusa(target, train_ids, val_ids, num_heads=args.heads, steps=steps,
                                 batch_size=args.batch_size, num_windows=8 if args.smoke else 384, seed=args.seed)

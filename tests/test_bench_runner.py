@@ -11,6 +11,7 @@ from labsupport.bench import BENCHMARKS
 from labsupport.bench import __main__ as bench_main
 from labsupport.bench import speculative_variants as variants
 from labsupport.speculative.self_spec import SelfSpecProposer
+from labsupport.timing import median_range
 
 
 def test_bench_all_runs_every_benchmark_once(monkeypatch):
@@ -41,7 +42,8 @@ def test_variant_speedups_and_the_batch_sweep_share_their_runs(tiny_lm, monkeypa
     assert len(row.measured_runs) == 3 and all(x > 0 for x in row.measured_runs)
     assert row.measured == statistics.median(row.measured_runs)
     assert min(row.measured_runs) <= row.measured <= max(row.measured_runs)
-    assert "3 runs" in variants.spread(row.measured_runs) and f"{row.measured:.2f}×" in variants.spread(row.measured_runs)
+    shown = median_range(row.measured_runs, unit="×")
+    assert "3 runs" in shown and f"{row.measured:.2f}×" in shown
 
     batches_run = []
     real_run = variants._run

@@ -65,7 +65,7 @@ def test_training_smoke_run(tmp_path):
 
 
 def test_corpus_cleaning_reflows_and_drops_symbol_runs():
-    from labsupport.train import _clean, _comment_blocks
+    from labsupport.corpus import _clean, _comment_blocks
 
     assert _clean("  First line of\n    a paragraph here.\n\n  =========\n") == "First line of a paragraph here."
     assert _clean("----------------") is None

@@ -40,3 +40,13 @@ def test_bad_arguments_name_the_parameter():
         time_call(3)
     with pytest.raises(TypeError, match="a must be a Timing"):
         clearly_faster(1.0, Timing((1.0,)))
+
+
+def test_median_range_formats_repeats_of_any_measurement():
+    from labsupport.timing import median_range
+
+    assert median_range([1.5, 1.3, 1.42], unit="×") == "1.42× (1.30–1.50, 3 runs)"
+    assert median_range([0.002, 0.001, 0.003], scale=1e3, digits=1, unit=" ms") == "2.0 ms (1.0–3.0, 3 runs)"
+    assert median_range([7.0]) == "7.00 (1 run)"
+    with pytest.raises(ValueError, match="at least one"):
+        median_range([])

@@ -21,12 +21,12 @@ table prints the median with the spread (min–max), and each ratio is taken per
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
 from labsupport.kv import blocks_needed
+from labsupport.timing import median_range
 
 PROMPTS = [
     "Return the number of items in the list.",
@@ -75,11 +75,6 @@ def _paired(ours, peer, repeats: int) -> tuple[list[float], object, list[float],
             results[i] = fn()
             times[i].append(time.perf_counter() - start)
     return times[0], results[0], times[1], results[1]
-
-
-def spread(values: list[float]) -> str:
-    """``median (min–max)`` of a measurement's repeats."""
-    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
 def _generation_config(max_new: int, pad_id: int):
@@ -263,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ratios = [b / a for a, b in zip(ours, theirs)]
         total_rows = len(queue) if unit == "s" else len(batch)
-        print(f"{name:<44} {spread(ours):>22} {peer:<40} {spread(theirs):>22} {unit:<5} {spread(ratios) + '×':>18} "
+        print(f"{name:<44} {median_range(ours):>26} {peer:<40} {median_range(theirs):>26} {unit:<5} {median_range(ratios, unit='×'):>24} "
               f"{goal:>4.1f}× {same}/{total_rows}")
     for view, key in (("averaged over steps", "steps"), ("per request, at its longest", "final")):
         print(f"{'KV slots holding a token, ' + view:<44} {100 * kv['paged_' + key]:>8.1f}% "

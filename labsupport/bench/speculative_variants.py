@@ -48,6 +48,7 @@ from labsupport.speculative.engine import SpeculativeEngine
 from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaProposer, load_medusa
 from labsupport.speculative.self_spec import SelfSpecProposer
+from labsupport.timing import median_range
 from labsupport.validation import check_int
 
 SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
@@ -210,13 +211,6 @@ def batch_sweep(target: LoadedModel, make: Callable[[], object], prompt: str, ba
     return {batch: statistics.median(r) for batch, r in runs.items()}
 
 
-def spread(runs: Sequence[float]) -> str:
-    """``"1.42× (1.30–1.51, 3 runs)"``: the median speed-up and the range of the runs."""
-    if len(runs) == 1:
-        return f"{runs[0]:.2f}× (1 run)"
-    return f"{statistics.median(runs):.2f}× ({min(runs):.2f}–{max(runs):.2f}, {len(runs)} runs)"
-
-
 def print_rows(rows: list[MethodRow]) -> None:
     hdr = (f"{'prompt':<10} {'batch':>5} {'method':<14} {'α by position':<18} {'tok/fwd':>7} {'nodes':>5} "
            f"{'c':>5} {'v':>5} {'v_fwd':>5} {'pred':>5} {'meas':>5} {'range':>9} {'Δ%':>5} {'params':>7} {'KV kB':>5} {'same':>5}")
@@ -263,10 +257,10 @@ def main(argv: list[str] | None = None) -> int:
                              batches=(1, 2, 4) if args.quick else (1, 2, 4, 8, 16),
                              max_new_tokens=args.max_new_tokens, repeats=args.repeats, known=known)
     medians = {b: statistics.median(r) for b, r in sweep.items()}
-    print(f"\nbest at batch 1: {best.method} on the {best.prompt} prompt, {spread(sweep[1])} "
+    print(f"\nbest at batch 1: {best.method} on the {best.prompt} prompt, {median_range(sweep[1], unit='×')} "
           f"(goal 1.5×: {'met' if medians[1] >= 1.5 else 'missed'}), output identical: {best.identical}")
     from labsupport.speculative.policy import break_even_batch
-    print("speed-up by batch size (median, range): " + ";  ".join(f"{b}: {spread(r)}" for b, r in sweep.items())
+    print("speed-up by batch size (median, range): " + ";  ".join(f"{b}: {median_range(r, unit='×')}" for b, r in sweep.items())
           + f"; stops paying at batch {break_even_batch(medians)}"
           + f"  (batch {', '.join(str(b) for b in sorted(known))}: the table's runs)")
     if args.json:

@@ -30,6 +30,7 @@ from ..models import LoadedModel, model_forward
 from ..sampling import SamplingParams
 from ..structured import apply_structured_mask, for_model, normalize_spec
 from ..structured.grammar import _CACHE
+from ..timing import median_range
 
 PERSON = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 12},
@@ -117,10 +118,6 @@ def validity(lm: LoadedModel, spec: dict, prompt: str, *, runs: int = 100, seed:
     c, u = out[True], out[False]
     return Validity(name, runs, sum(is_valid(r.text, spec) for r in c), sum(is_valid(r.text, spec) for r in u),
                     sum(r.finish_reason == "stop" for r in c), [r.text for r in c], [r.text for r in u])
-
-
-def _median_spread(values: Sequence[float]) -> tuple[float, float, float]:
-    return statistics.median(values), min(values), max(values)
 
 
 def decode_step_seconds(lm: LoadedModel, repeats: int = 5, steps: int = 32) -> list[float]:
@@ -231,25 +228,24 @@ def main(argv: list[str] | None = None) -> int:
         ok &= v.constrained_valid == v.constrained_stopped
         print(f"{name:<18} {v.constrained_valid / v.runs:>15.0%} {v.constrained_stopped / v.runs:>15.0%} "
               f"{v.unconstrained_valid / v.runs:>20.0%}")
-    step = _median_spread(decode_step_seconds(lm, args.repeats))
-    print(f"\nmodel decode step (batch 1, KV cache): {step[0] * 1e3:.3f} ms ({step[1] * 1e3:.3f}-{step[2] * 1e3:.3f})")
+    steps = decode_step_seconds(lm, args.repeats)
+    step = statistics.median(steps)
+    print(f"\nmodel decode step (batch 1, KV cache): {median_range(steps, scale=1e3, digits=3, unit=' ms')}")
     print(f"{'spec':<18} {'ours µs/step':>18} {'% of decode':>12} {'XGrammar µs/step':>20} {'ours/XGr':>9} "
           f"{'ours compile ms':>20} {'XGr compile ms':>18} {'states':>7}")
     for name, (spec, _) in SPECS.items():
         runs = [lm.encode(t) for t in rows[name].constrained_texts[:20]]
-        ours = _median_spread(mask_step_seconds(lm, spec, runs, args.repeats))
-        comp = _median_spread(our_compile_seconds(lm, spec, args.repeats))
+        ours = mask_step_seconds(lm, spec, runs, args.repeats)
+        comp = our_compile_seconds(lm, spec, args.repeats)
         peer = xgrammar_step_seconds(lm, spec, runs, args.repeats)
         states = for_model(spec, lm).num_states
         if peer is None:
             xs, xc, ratio = "n/a", "n/a", "n/a"
         else:
-            ps, pc = _median_spread(peer[0]), _median_spread(peer[1])
-            xs = f"{ps[0] * 1e6:.1f} ({ps[1] * 1e6:.0f}-{ps[2] * 1e6:.0f})"
-            xc = f"{pc[0] * 1e3:.1f} ({pc[1] * 1e3:.0f}-{pc[2] * 1e3:.0f})"
-            ratio = f"{ours[0] / ps[0]:.2f}×"
-        print(f"{name:<18} {ours[0] * 1e6:>7.1f} ({ours[1] * 1e6:.0f}-{ours[2] * 1e6:.0f}) {ours[0] / step[0]:>11.1%} "
-              f"{xs:>20} {ratio:>9} {comp[0] * 1e3:>8.1f} ({comp[1] * 1e3:.0f}-{comp[2] * 1e3:.0f}) {xc:>18} {states:>7}")
+            xs, xc = median_range(peer[0], scale=1e6, digits=1), median_range(peer[1], scale=1e3, digits=1)
+            ratio = f"{statistics.median(ours) / statistics.median(peer[0]):.2f}×"
+        print(f"{name:<18} {median_range(ours, scale=1e6, digits=1):>18} {statistics.median(ours) / step:>11.1%} "
+              f"{xs:>20} {ratio:>9} {median_range(comp, scale=1e3, digits=1):>20} {xc:>18} {states:>7}")
     print("\n(XGrammar compiles with one thread and no cache; the step replays the same token sequences "
           "for both. A constrained output cut by max_tokens is a valid prefix, not a valid document.)")
     return 0 if ok else 1

@@ -31,6 +31,7 @@ import statistics
 import torch
 
 from ..kv import blocks_needed
+from ..timing import median_range
 from ..vllm_bridge import HOW_TO, VLLMError, VLLMWorker, drive, first_divergence, latency, requests_for, vllm_python
 from .engine import PROMPTS
 
@@ -38,10 +39,6 @@ from .engine import PROMPTS
 def unavailable() -> str | None:
     """Why this benchmark cannot run here (no vLLM venv), or None."""
     return None if vllm_python() is not None else HOW_TO
-
-
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):8.1f} ({min(values):.0f}–{max(values):.0f})"
 
 
 def workloads(prompts: list[list[int]], new_tokens: int, short: int, long: int, batch: int,
@@ -121,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         total += len(reqs)
         same += len(reqs) - len(diverged)
         ratio = f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
-        print(f"{name:<42} {_spread(ours_tps):>20} {_spread(theirs_tps):>20} {ratio:>20}  "
+        print(f"{name:<42} {median_range(ours_tps, digits=0):>22} {median_range(theirs_tps, digits=0):>22} {ratio:>20}  "
               f"{len(reqs) - len(diverged)}/{len(reqs)}")
     print(f"\ngreedy token identity: {same}/{total} requests ({100 * same / total:.1f} %)")
     for name, *_, diverged in rows:
