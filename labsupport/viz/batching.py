@@ -12,17 +12,15 @@ from plotly.subplots import make_subplots
 
 from ..validation import check_bool, check_int
 from . import checks
-from .paged import FONT, request_colour
+from .paged import request_colour
+from .style import style
 
 STATE_COLOURS = {"not arrived": "#ffffff", "waiting": "#f2c14e", "prefill": "#9467bd", "decode": "#1f77b4",
                  "swapped": "#ff7f0e", "finished": "#e6e6e6"}
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 20}}, font=FONT, height=height,
-                      margin={"l": 80, "r": 30, "t": 80, "b": 60}, template="plotly_white")
-    fig.update_annotations(font={"size": 16})
-    return fig
+    return style(fig, title, height, annotation_size=16)
 
 
 def step_time_figure(batches: Sequence[int], step_ms: Sequence[float], tokens_per_s: Sequence[float],

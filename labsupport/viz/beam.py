@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 
 from ..beam import BeamSearchResult, length_normalised_score
 from ..validation import check_int
+from .style import FONT
 
-FONT = {"size": 15}
 COLOURS = {"kept": "#1f77b4", "pruned": "#b0b0b0", "finished": "#2ca02c", "best": "#d62728", "root": "#444444"}
 
 def display_text(text: str) -> str:

@@ -13,8 +13,8 @@ from plotly.subplots import make_subplots
 
 from .. import kv
 from ..validation import check_int
+from .style import FONT
 
-FONT = {"size": 15}
 RED, BLUE, GREY, GREEN = "#d62728", "#1f77b4", "#d9d9d9", "#2ca02c"
 
 

@@ -15,11 +15,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..validation import check_int
+from .style import style
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b",
            "#bcbd22", "#393b79", "#637939", "#ad494a")
 SHARED = "#555555"
-FONT = {"size": 16}
 
 
 def request_colour(index: int) -> str:
@@ -38,9 +38,7 @@ def _light(hex_colour: str, amount: float = 0.72) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 20}}, font=FONT, height=height,
-                      margin={"l": 70, "r": 30, "t": 80, "b": 60}, template="plotly_white")
-    return fig
+    return style(fig, title, height, left=70)
 
 
 # ----------------------------------------------------------------------------- memory grids

@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..parallel.cost_model import StepEstimate
+from .style import FONT
 
-FONT = {"size": 15}
 RED, BLUE, GREY, GREEN, ORANGE, PURPLE = "#d62728", "#1f77b4", "#bdbdbd", "#2ca02c", "#ff7f0e", "#9467bd"
 STAGE_COLOURS = [BLUE, ORANGE, GREEN, PURPLE, RED]
 

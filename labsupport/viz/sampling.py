@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-FONT_SIZE = 16
+from .style import LEGEND_TOP, style
+
 KEPT_COLOR = "#1f77b4"
 CUT_COLOR = "#c7c7c7"
 BASE_COLOR = "#d62728"
@@ -62,10 +63,7 @@ def token_axis(labels: Sequence[str]) -> dict:
 
 
 def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": FONT_SIZE + 4}}, template="plotly_white",
-                      font={"size": FONT_SIZE}, height=height, margin={"l": 10, "r": 20, "t": 80, "b": 60},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0})
-    return fig
+    return style(fig, title, height, left=10, legend=LEGEND_TOP)
 
 
 def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: Sequence[float], *,

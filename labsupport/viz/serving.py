@@ -11,16 +11,13 @@ from plotly.subplots import make_subplots
 
 from ..validation import check_int
 from . import checks
-from .paged import FONT
+from .style import style
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#8c564b")
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 20}}, font=FONT, height=height,
-                      margin={"l": 80, "r": 30, "t": 80, "b": 60}, template="plotly_white")
-    fig.update_annotations(font={"size": 16})
-    return fig
+    return style(fig, title, height, annotation_size=16)
 
 
 def latency_bars_figure(rows: Mapping[str, Mapping[str, float]], title: str = "TTFT and ITL (ms)") -> go.Figure:

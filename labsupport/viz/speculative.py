@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 
 from ..validation import check_int
 from . import checks
+from .style import FONT_SIZE, LEGEND_BOTTOM, style
 
-FONT_SIZE = 16
 ACCEPTED = "#2ca02c"
 REPLACED = "#d62728"
 BONUS = "#9467bd"
@@ -29,13 +29,8 @@ MEASURED = "#ff7f0e"
 
 
 def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
-    """Fonts ≥ 14 px, white template; the legend sits at the bottom of the figure (in a narrow
-    notebook column a legend at the top wraps onto the title)."""
-    fig.update_layout(title={"text": title, "font": {"size": FONT_SIZE + 4}}, template="plotly_white",
-                      font={"size": FONT_SIZE}, height=height + 70, margin={"l": 10, "r": 20, "t": 60, "b": 140},
-                      legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.0,
-                              "xanchor": "left", "x": 0.0})
-    return fig
+    """The course style with the legend at the bottom (room for it below the axes)."""
+    return style(fig, title, height + 70, left=10, top=60, bottom=140, legend=LEGEND_BOTTOM)
 
 
 def round_cells(draft_labels: Sequence[str], num_accepted: int, next_label: str) -> list[tuple[str, str]]:

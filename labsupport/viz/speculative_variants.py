@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from .speculative import ACCEPTED, BONUS, DISCARDED, FONT_SIZE, MEASURED, THEORY, _style
+from .speculative import ACCEPTED, BONUS, DISCARDED, MEASURED, THEORY, _style
+from .style import FONT_SIZE
 
 __all__ = ["batch_sweep_figure", "measured_vs_predicted_figure", "token_tree_figure", "tree_layout"]
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .sampling import FONT_SIZE, unique_labels
+from .sampling import unique_labels
+from .style import FONT_SIZE, LEGEND_TOP, style
 
 ALLOWED_COLOR = "#1f77b4"
 REFUSED_COLOR = "#d62728"
@@ -23,10 +24,7 @@ MAX_DRAWN_STATES = 40
 
 
 def _style(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": FONT_SIZE + 4}}, template="plotly_white",
-                      font={"size": FONT_SIZE}, height=height, margin={"l": 10, "r": 20, "t": 80, "b": 60},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0})
-    return fig
+    return style(fig, title, height, left=10, legend=LEGEND_TOP)
 
 
 def byte_label(byte_values: Sequence[int]) -> str:
