@@ -393,3 +393,21 @@ def test_snapshot_describes_queues_and_pool(tiny_lm):
         used = {b for t in snap.block_tables.values() for b in t}
         assert all((snap.ref_counts[b] > 0) == (b in used) for b in range(6))
     assert engine.history[-1].finished and not engine.history[-1].running
+
+
+@pytest.mark.parametrize("out_in", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_helper_gives_x_w_plus_b_on_every_kernel(out_in, with_bias):
+    """One row (x W), a few rows (Wᵀ xᵀ) and many rows (prepacked oneDNN or x W): the same product."""
+    from labsupport.engine.linear import SMALL_M, Linear
+
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(48, 80, generator=gen)                                 # (in, out)
+    b = torch.randn(80, generator=gen) if with_bias else None
+    lin = Linear(w.t().contiguous() if out_in else w, b, out_in=out_in)
+    assert lin.shape == (48, 80)
+    for m in (1, 2, SMALL_M, SMALL_M + 1, 17):
+        x = torch.randn(m, 48, generator=gen)
+        y = lin(x)
+        assert y.shape == (m, 80) and y.is_contiguous()
+        torch.testing.assert_close(y, x @ w + (0 if b is None else b), atol=1e-4, rtol=1e-4)

@@ -64,6 +64,23 @@ PROMPTS = [
 ]
 
 
+@torch.inference_mode()
+def weight_pass_seconds(runner, repeats: int = 20) -> float:
+    """The bandwidth floor of a decode step: one row through every weight matrix of the runner
+    (its layers' four matrices and the LM head, each a distinct tensor, the fastest one-row kernel),
+    fastest of ``repeats`` — nothing else a step does (attention, norms, Python) is in it."""
+    mats = [m for layer in runner.layers for m in (layer.c_attn, layer.attn_proj, layer.c_fc, layer.mlp_proj)]
+    mats.append(runner.lm_head_linear)
+    xs = [torch.randn(1, m.shape[0], device=runner.device, dtype=runner.dtype) for m in mats]
+    best = float("inf")
+    for _ in range(repeats + 2):
+        start = time.perf_counter()
+        for m, x in zip(mats, xs):
+            m(x)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def _paired(ours, peer, repeats: int) -> tuple[list[float], object, list[float], object]:
     """Wall times of two jobs run alternately (ours, peer, ours, peer, …), so a busy machine
     slows both alike; returns ``(times_ours, result_ours, times_peer, result_peer)``."""
@@ -248,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                      ours_times, "HF continuous batching (generate_batch)",
                      hf_times, "s", 1.0, sum(a == b for a, b in zip(ids_cb, ids_hfcb))))
     kv = kv_slot_use(lm, queue, max_news, bs, num_blocks, args.batch, 1024)
+    floors = []
+    for t in t_ours1:                                               # each repeat of part 1 next to a floor
+        floors.append((t / total) / weight_pass_seconds(engine.runner))
 
     print(f"\n{'workload':<44} {'ours':>22} {'peer':<40} {'peer':>22} {'unit':<5} {'ratio':>18} {'goal':>5} same ids")
     print("-" * 172)
@@ -264,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'KV slots holding a token, ' + view:<44} {100 * kv['paged_' + key]:>8.1f}% "
               f"{'contiguous reservation of 1024 tokens':<40} {100 * kv['contiguous_' + key]:>8.1f}% "
               f"{'':<5} {'':>18} {'≥96 %':>6}")
+    print(f"\nbatch-1 time per token (one request at a time, prefill included) / one pass over the weights at "
+          f"one row (the bandwidth floor of a decode step on "
+          f"this machine): {median_range(floors, unit='×')} (goal ≤ 1.3×)")
     print(f"\nuseful tokens in part 3: {useful}; static batching computes "
           f"{sum(args.batch * max(max_news[i:i + args.batch]) for i in range(0, len(queue), args.batch))} "
           f"token-rows (every row runs as long as the longest in its batch).")

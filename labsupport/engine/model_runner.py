@@ -27,18 +27,20 @@ import torch.nn.functional as F
 from ..kv import blocks_needed
 from ..validation import check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
+from .linear import Linear
 
 
 @dataclass
 class _Layer:
-    """One transformer block's weights (views of the model's own parameters, no copies)."""
+    """One transformer block's weights: layer-norm parameters (views of the model's own) and its four
+    matrices as :class:`~labsupport.engine.linear.Linear` (GPT-2 Conv1D: ``x @ W + b``)."""
 
     ln_1: tuple[torch.Tensor, torch.Tensor]
-    c_attn: tuple[torch.Tensor, torch.Tensor]       # weight (E, 3E), bias (3E,)  (GPT-2 Conv1D: x @ W + b)
-    attn_proj: tuple[torch.Tensor, torch.Tensor]    # (E, E), (E,)
+    c_attn: Linear                                  # (E, 3E) + (3E,)
+    attn_proj: Linear                               # (E, E) + (E,)
     ln_2: tuple[torch.Tensor, torch.Tensor]
-    c_fc: tuple[torch.Tensor, torch.Tensor]         # (E, 4E), (4E,)
-    mlp_proj: tuple[torch.Tensor, torch.Tensor]     # (4E, E), (E,)
+    c_fc: Linear                                    # (E, 4E) + (4E,)
+    mlp_proj: Linear                                # (4E, E) + (E,)
     act: Callable[[torch.Tensor], torch.Tensor]
     scale: float
 
@@ -91,15 +93,17 @@ class ModelRunner:
         self.wte, self.wpe = t.wte.weight.detach(), t.wpe.weight.detach()
         self.ln_f = (t.ln_f.weight.detach(), t.ln_f.bias.detach())
         self.lm_head = model.lm_head.weight.detach()                 # (V, E), tied to wte in GPT-2
+        self.lm_head_linear = Linear(self.lm_head, out_in=True)
         self.layers = []
         for i, block in enumerate(t.h):
             scale = 1.0 / math.sqrt(self.head_dim) if cfg.scale_attn_weights else 1.0
             if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
                 scale /= i + 1
             wb = lambda m: (m.weight.detach(), m.bias.detach())
-            self.layers.append(_Layer(ln_1=wb(block.ln_1), c_attn=wb(block.attn.c_attn),
-                                      attn_proj=wb(block.attn.c_proj), ln_2=wb(block.ln_2),
-                                      c_fc=wb(block.mlp.c_fc), mlp_proj=wb(block.mlp.c_proj),
+            lin = lambda m: Linear(m.weight.detach(), m.bias.detach())
+            self.layers.append(_Layer(ln_1=wb(block.ln_1), c_attn=lin(block.attn.c_attn),
+                                      attn_proj=lin(block.attn.c_proj), ln_2=wb(block.ln_2),
+                                      c_fc=lin(block.mlp.c_fc), mlp_proj=lin(block.mlp.c_proj),
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=self.dtype, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
@@ -166,7 +170,7 @@ class ModelRunner:
         self.num_forwards += 1
         self.num_token_forwards += len(ids)
         hidden = F.layer_norm(hidden, hidden.shape[-1:], *self.ln_f, eps=self.eps)
-        logits = F.linear(hidden, self.lm_head).float()
+        logits = self.lm_head_linear(hidden).float()
         return (hidden, logits) if return_hidden else logits
 
     def hidden_states(self, input_ids: torch.Tensor, meta: AttentionMetadata,
@@ -180,15 +184,15 @@ class ModelRunner:
         n, e = x.shape
         for i, layer in enumerate(self.layers[:num_layers]):
             h = F.layer_norm(x, (e,), *layer.ln_1, eps=self.eps)
-            qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])                # (N, 3E)
+            qkv = layer.c_attn(h)                                                 # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
             a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale)    # (N, E)
             if self.layer_hook is not None:                                      # layer i's K/V are written
                 self.layer_hook(i, meta)
-            x = x + torch.addmm(layer.attn_proj[1], a, layer.attn_proj[0])
+            x = x + layer.attn_proj(a)
             h = F.layer_norm(x, (e,), *layer.ln_2, eps=self.eps)
-            h = layer.act(torch.addmm(layer.c_fc[1], h, layer.c_fc[0]))           # (N, 4E)
-            x = x + torch.addmm(layer.mlp_proj[1], h, layer.mlp_proj[0])
+            h = layer.act(layer.c_fc(h))                                          # (N, 4E)
+            x = x + layer.mlp_proj(h)
         return x
 
     # ------------------------------------------------------------------ moving blocks

@@ -120,7 +120,7 @@ class CacheBlend:
     def _qkv(self, layer, x: torch.Tensor):
         r = self.run_
         h = F.layer_norm(x, x.shape[-1:], *layer.ln_1, eps=r.eps)
-        qkv = torch.addmm(layer.c_attn[1], h, layer.c_attn[0])
+        qkv = layer.c_attn(h)
         return qkv.view(len(x), 3, r.num_heads, r.head_dim).unbind(1)          # (n, H, D) each
 
     def _finish(self, layer, x, q, keys, values, q_pos, k_pos) -> torch.Tensor:
@@ -129,9 +129,9 @@ class CacheBlend:
         a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys.transpose(0, 1)[None],
                                            values.transpose(0, 1)[None], attn_mask=mask, scale=layer.scale)
         a = a[0].transpose(0, 1).reshape(len(x), -1)
-        x = x + torch.addmm(layer.attn_proj[1], a, layer.attn_proj[0])
+        x = x + layer.attn_proj(a)
         h = F.layer_norm(x, x.shape[-1:], *layer.ln_2, eps=self.run_.eps)
-        return x + torch.addmm(layer.mlp_proj[1], layer.act(torch.addmm(layer.c_fc[1], h, layer.c_fc[0])), layer.mlp_proj[0])
+        return x + layer.mlp_proj(layer.act(layer.c_fc(h)))
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +157,7 @@ class CacheBlend:
             q, k, v = self._qkv(layer, x)
             x = self._finish(layer, x, q, torch.cat([ctx_k[i], k]), torch.cat([ctx_v[i], v]), pos, k_pos)
         x = F.layer_norm(x, x.shape[-1:], *r.ln_f, eps=r.eps)
-        return F.linear(x, r.lm_head).float()
+        return r.lm_head_linear(x).float()
 
     # ------------------------------------------------------------------ blending
     @torch.inference_mode()
