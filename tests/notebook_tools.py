@@ -1,41 +1,33 @@
 """Maintainer tool for chapters: execute a notebook, then keep only the outputs nbval compares.
 
     python tests/notebook_tools.py chapters/01_sampling.ipynb [more.ipynb ...] [--no-execute]
-    python tests/notebook_tools.py --test-copy build/nbval chapters/*.ipynb
 
 Default mode: every cell is executed in the current environment (kernel ``python3``).
-Afterwards the notebook is written exactly as the git filter ``nbstripout`` would commit it
-(``make setup`` installs that filter): all outputs and execution counts are removed except in
-cells whose first line is ``# NBVAL_CHECK_OUTPUT``; those get ``"keep_output": true`` cell
-metadata (nbstripout's own marker) and keep their plain-text output. The kernelspec is set to
-plain ``python3`` and the slide types follow ``labsupport.slides.deck_slide_types`` ("continue
-the slide" is ``""``, which the live deck shows; the set-up cell is on the title slide). Prints
-each chapter's run time. Re-apply the slide rule alone, without executing:
-``python tests/notebook_tools.py --no-execute chapters/*.ipynb``.
-
-``--test-copy DIR``: write a clean copy of each notebook under ``DIR`` (same relative path) for
-nbval: the cells' code comes from the working file, the reference outputs of the marked cells
-from the last commit (``git show HEAD:path``, matched by cell source; the working file's own
-output when the cell is new or not in git). Outputs a student saved while working therefore
-never fail ``make test``. Kept cells get an execution count (nbval skips a reference cell
-without one and fails one that has outputs but no count).
+Afterwards the notebook is written exactly as the git filter commits it (``make setup``
+installs nbstripout with :mod:`labsupport.nbfilter` as its clean step): all outputs and
+execution counts are removed except in cells whose first line is ``# NBVAL_CHECK_OUTPUT``;
+those get ``"keep_output": true`` cell metadata (nbstripout's own marker), keep their
+plain-text output and an execution count, so plain ``pytest --nbval-lax chapters/`` compares
+them. The kernelspec is set to plain ``python3`` and the slide types follow
+``labsupport.slides.deck_slide_types`` ("continue the slide" is ``""``, which the live deck
+shows; the set-up cell is on the title slide). Prints each chapter's run time. Re-apply the
+committed form alone, without executing: ``python tests/notebook_tools.py --no-execute chapters/*.ipynb``.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbstripout import strip_output
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:                     # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
+from labsupport.nbfilter import clean
 from labsupport.slides import deck_slide_types
 
 MARK = "NBVAL_CHECK_OUTPUT"
@@ -77,44 +69,8 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         else:
             cell.metadata.pop("keep_output", None)
             cell.outputs = []
-    # nbstripout's defaults (also drops metadata.widgets: saved widget state, stale on the next run)
-    return strip_output(nb, keep_output=None, keep_count=False, keep_id=False,
-                        extra_keys=["metadata.signature", "metadata.widgets", "cell.metadata.collapsed",
-                                    "cell.metadata.ExecuteTime", "cell.metadata.execution",
-                                    "cell.metadata.heading_collapsed", "cell.metadata.hidden",
-                                    "cell.metadata.scrolled"])
-
-
-def committed_version(path: Path) -> nbformat.NotebookNode | None:
-    """The notebook as of the last commit, or None outside git / for a file never committed."""
-    try:
-        rel = path.resolve().relative_to(ROOT)
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel.as_posix()}"], check=True,
-                              capture_output=True, text=True).stdout
-    except (ValueError, OSError, subprocess.CalledProcessError):
-        return None
-    return nbformat.reads(text, as_version=4)
-
-
-def test_copy(path: Path, dest_root: Path) -> Path:
-    """Write the clean nbval copy of ``path`` under ``dest_root``; returns the copy's path."""
-    nb = nbformat.read(path, as_version=4)
-    ref = committed_version(path)
-    reference = {c.source: c.outputs for c in (ref.cells if ref else []) if is_marked(c) and c.outputs}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        cell.outputs = _plain_outputs(reference.get(cell.source, cell.outputs)) if is_marked(cell) else []
-        cell.execution_count = 1 if cell.outputs else None
-    nb.metadata.pop("widgets", None)
-    try:
-        rel = path.resolve().relative_to(ROOT)
-    except ValueError:
-        rel = Path(path.name)
-    out = dest_root / rel
-    out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, out)
-    return out
+    # the git filter's own strip: nbstripout, then the kept cells numbered (labsupport.nbfilter)
+    return clean(nb)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,12 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--no-execute", action="store_true")
     parser.add_argument("--timeout", type=int, default=600)
-    parser.add_argument("--test-copy", type=Path, metavar="DIR", help="write clean nbval copies under DIR")
     args = parser.parse_args(argv)
     for path in args.notebooks:
-        if args.test_copy:
-            test_copy(path, args.test_copy)
-            continue
         nb = nbformat.read(path, as_version=4)
         if not args.no_execute:
             start = time.perf_counter()
