@@ -55,6 +55,12 @@ DISPLAY_PRIORITY = ["text/html", "application/pdf", "text/latex", "image/svg+xml
 CONTINUE = ""
 SLIDE_TYPES = (CONTINUE, "slide", "subslide", "fragment", "skip", "notes")
 HIDDEN_SLIDE_TYPES = ("skip", "notes")
+HIDE_INPUT = "hide-input"
+SPEAKER_NOTES = "speaker-notes"
+"""Tag of a ``notes`` cell written for the presenter (what to say and ask); collapsed in the notebook.
+A ``notes`` cell without it is chapter text kept off the slides, open for students."""
+"""Cell tag: the offline deck shows the cell's output without its code (the live deck shows the
+cell collapsed, ``jupyter.source_hidden``; a click on the bar opens it)."""
 
 
 def deck_slide_types(nb):
@@ -65,8 +71,13 @@ def deck_slide_types(nb):
 
     * a missing slide type and classic Notebook's ``"-"`` become :data:`CONTINUE` (``""``), the
       spelling jupyterlab-slideshow shows on the current slide (it hides ``"-"`` cells);
+    * ``"subslide"`` becomes ``"slide"``: a presenter steps with → (or a clicker), and → skips
+      reveal.js's vertical subslides in the live deck — every cell must be reachable by →;
     * the first code cell (the chapter's set-up) is never ``skip`` / ``notes``: it continues the
-      title slide, so the presenter runs it from the first slide (``Shift+Enter``).
+      title slide, so the presenter runs it from the first slide (``Shift+Enter``); its imports are
+      not the point of a slide, so it is tagged :data:`HIDE_INPUT` and collapsed (its banner shows);
+    * a ``notes`` cell tagged :data:`SPEAKER_NOTES` (the offline deck's speaker view, key S) is
+      collapsed in the notebook, so a student's page stays the chapter.
 
     Args:
         nb: an ``nbformat.NotebookNode`` (v4).
@@ -82,10 +93,18 @@ def deck_slide_types(nb):
         show = cell.metadata.setdefault("slideshow", {})
         if show.get("slide_type") in (None, "-"):
             show["slide_type"] = CONTINUE
+        if show["slide_type"] == "subslide":
+            show["slide_type"] = "slide"
         if cell.cell_type == "code" and not setup_seen:
             setup_seen = True
             if show["slide_type"] in HIDDEN_SLIDE_TYPES:
                 show["slide_type"] = CONTINUE
+            tags = cell.metadata.setdefault("tags", [])
+            if HIDE_INPUT not in tags:
+                tags.append(HIDE_INPUT)
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+        if show["slide_type"] == "notes" and SPEAKER_NOTES in cell.metadata.get("tags", []):
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
         if show["slide_type"] not in SLIDE_TYPES:
             raise ValueError(f"slide_type must be one of {SLIDE_TYPES}, got {show['slide_type']!r} "
                              f"in cell {cell.get('id', '?')}")
@@ -171,7 +190,7 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
     c.SlidesExporter.mathjax_url = f"vendor/mathjax/MathJax.js?config={MATHJAX_CONFIG}"
     c.NbConvertBase.display_data_priority = DISPLAY_PRIORITY
     c.TagRemovePreprocessor.enabled = True                  # a quiz shows its panel, not the code with the answers
-    c.TagRemovePreprocessor.remove_input_tags = {"quiz"}
+    c.TagRemovePreprocessor.remove_input_tags = {"quiz", HIDE_INPUT}   # …and the set-up its banner, not its imports
     nb = nbformat.read(notebook, as_version=4)
     if execute:
         os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only

@@ -91,3 +91,49 @@ def test_chapter_slide_types_put_every_panel_and_the_setup_on_a_slide(path):
     assert not hidden, f"{path.name}: panels not on any slide: {hidden}"
     fixed = deck_slide_types(nbformat.read(path, as_version=4))        # the committed form is the rule's fixed point
     assert [c.metadata["slideshow"]["slide_type"] for c in fixed.cells] == kinds
+
+
+@pytest.mark.parametrize("path", _chapters(), ids=lambda p: p.stem)
+def test_every_cell_is_reachable_by_the_right_arrow_and_notes_are_there(path):
+    """→ skips reveal.js's vertical subslides in the live deck: no chapter has one. The set-up's imports
+    are hidden on the title slide (offline: tag hide-input; live: collapsed), and the key slides
+    carry speaker notes (notes cells, collapsed in the notebook)."""
+    from labsupport.slides import HIDE_INPUT
+
+    nb = nbformat.read(path, as_version=4)
+    kinds = [c.metadata.get("slideshow", {}).get("slide_type") for c in nb.cells]
+    assert "subslide" not in kinds
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    assert HIDE_INPUT in setup.metadata.get("tags", []) and setup.metadata["jupyter"]["source_hidden"] is True
+    notes = [c for c, k in zip(nb.cells, kinds) if k == "notes" and "speaker-notes" in c.metadata.get("tags", [])]
+    assert len(notes) >= 3, f"{path.name}: {len(notes)} speaker-notes cells"
+    assert all(c.metadata.get("jupyter", {}).get("source_hidden") and ("ask" in c.source.lower() or "the room" in c.source) for c in notes)
+
+
+def test_deck_rule_makes_subslides_slides_and_hides_the_setup_input():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("import x"),
+                nbformat.v4.new_markdown_cell("b"), nbformat.v4.new_markdown_cell("n")]
+    nb.cells[2].metadata["slideshow"] = {"slide_type": "subslide"}
+    nb.cells[3].metadata["slideshow"] = {"slide_type": "notes"}
+    nb.cells[3].metadata["tags"] = ["speaker-notes"]
+    deck_slide_types(nb)
+    assert nb.cells[2].metadata["slideshow"]["slide_type"] == "slide"
+    assert nb.cells[1].metadata["tags"] == ["hide-input"] and nb.cells[1].metadata["jupyter"]["source_hidden"]
+    assert nb.cells[3].metadata["jupyter"]["source_hidden"]
+    deck_slide_types(nb)                                             # idempotent
+    assert nb.cells[1].metadata["tags"] == ["hide-input"]
+
+
+def test_quiz_snapshot_shows_the_options_and_an_answer_box():
+    """The offline deck shows a quiz by its snapshot: every option of a question (not a bold 'None'
+    for the unanswered choice) and an empty box for a numeric answer."""
+    from labsupport.quiz import MultipleChoice, Numeric, Quiz
+    from labsupport.widgets.quiz import quiz_panel
+
+    quiz = Quiz([MultipleChoice("Pick one", ["alpha", "beta"], answer=0, explanation="x"),
+                 Numeric("How many?", answer=3, unit="tokens", explanation="y")], title="t")
+    bundle = quiz_panel(quiz)._repr_mimebundle_()
+    shown = (bundle[0] if isinstance(bundle, tuple) else bundle)["text/html"]
+    assert "○ alpha" in shown and "○ beta" in shown and "<b>None</b>" not in shown
+    assert "a number in tokens" in shown

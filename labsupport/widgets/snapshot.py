@@ -30,12 +30,28 @@ def figure_html(figure: go.Figure | dict) -> str:
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"displayModeBar": False})
 
 
+def _choices_html(w: widgets.Widget) -> str:
+    """Every option of a choice widget, the chosen one marked: ``○ a  ● b  ○ c`` (a quiz's options
+    are the question, so they are shown even when nothing is chosen yet)."""
+    items = "".join(f"<span style='display:inline-block;margin:2px 14px 2px 0'>{'●' if lab == w.label else '○'} "
+                    f"{html.escape(str(lab))}</span>" for lab in w._options_labels)
+    label = getattr(w, "description", "") or ""
+    return (f"<div style='font-size:15px'>{html.escape(label) + ': ' if label else ''}{items}</div>")
+
+
 def _control_html(w: widgets.Widget) -> str:
     label = getattr(w, "description", "") or ""
     if isinstance(w, widgets.Button):
         return ""
-    if isinstance(w, (widgets.Dropdown, widgets.RadioButtons, widgets.ToggleButtons, widgets.Select)):
+    if isinstance(w, (widgets.RadioButtons, widgets.ToggleButtons)) or (
+            isinstance(w, (widgets.Dropdown, widgets.Select)) and w.label is None):
+        return _choices_html(w)
+    if isinstance(w, (widgets.Dropdown, widgets.Select)):
         value = w.label
+    elif isinstance(w, widgets.Text) and not w.value:                 # an empty answer box: draw the box
+        return (f"<span style='display:inline-block;margin:2px 18px 2px 0;font-size:15px'>{html.escape(label)} "
+                f"<span style='display:inline-block;min-width:200px;border:1px solid #999;border-radius:3px;"
+                f"padding:2px 6px;color:#888'>{html.escape(w.placeholder or '')}</span></span>")
     elif hasattr(w, "value"):
         value = w.value
         if isinstance(value, float):
