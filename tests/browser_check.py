@@ -449,16 +449,19 @@ def _deck_run_setup(page, cell_index: int, report: dict) -> None:
     cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
     classes = cell.get_attribute("class") or ""
     report["deck_setup_on_slide"] = "jp-deck-mod-onscreen" in classes and "jp-deck-mod-visible" in classes
-    prompt = cell.locator(".jp-InputPrompt").first
-    before = prompt.text_content()
+    # the set-up's input is collapsed (labsupport.slides), so its prompt shows no count: a run is seen
+    # by its output being drawn anew (the marked output node is replaced by a fresh one)
+    had = cell.evaluate("e => { const o = e.querySelector('.jp-OutputArea-output');"
+                        " if (o) { o.dataset.bcMark = '1'; } return !!o; }")
     cell.evaluate("e => e.focus()")
     page.keyboard.press("Shift+Enter")
     time.sleep(2)
     wait_idle(page, 120)
-    after = prompt.text_content()
+    fresh = cell.evaluate("e => { const o = e.querySelector('.jp-OutputArea-output');"
+                          " return !!o && !o.dataset.bcMark; }")
     text = cell.inner_text()
-    report["deck_setup_ran"] = after != before and "[*]" not in after and "Traceback" not in text
-    report["deck_setup_prompt"] = f"{before.strip()} -> {after.strip()}"
+    report["deck_setup_ran"] = fresh and "Traceback" not in text
+    report["deck_setup_prompt"] = f"output before: {had}, drawn anew: {fresh}"
 
 
 def _panel_box(cell) -> dict:
@@ -490,6 +493,42 @@ def _deck_ensure_ran(page, run_timeout: float) -> int:
         time.sleep(2)
         ran = page.evaluate(count_js)
     return ran
+
+
+ONSCREEN_JS = ("() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) => "
+               "c.classList.contains('jp-deck-mod-onscreen') ? i : -1).filter(i => i >= 0)")
+
+
+def check_deck_keys(page, notebook: Path, key: str = "ArrowRight", max_steps: int = 200,
+                    size: tuple[int, int] = (1280, 720)) -> dict:
+    """Present the open notebook and step with ``key`` only (a presenter's →, a clicker): every cell
+    that is not ``skip`` / ``notes`` must come on screen. Reports the cells never shown."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    expected = [i for i, c in enumerate(nb["cells"])
+                if c.get("metadata", {}).get("slideshow", {}).get("slide_type") not in ("skip", "notes")]
+    if page.evaluate("() => document.body.dataset.jpDeckMode === 'presenting'"):
+        page.click("[data-command='deck:toggle']")               # leave the deck the panel check left on
+        time.sleep(2)
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTo(0, 0)")
+    page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Escape")
+    page.click("[data-command='deck:toggle']")
+    time.sleep(3)
+    shown, still, last = set(), 0, None
+    for _ in range(max_steps):
+        now = page.evaluate(ONSCREEN_JS)
+        shown.update(now)
+        still = still + 1 if now == last else 0
+        if still >= 3:
+            break
+        last = now
+        page.keyboard.press(key)
+        time.sleep(0.6)
+    page.click("[data-command='deck:toggle']")
+    time.sleep(1)
+    return {"deck_key": key, "deck_key_cells_expected": len(expected),
+            "deck_key_cells_never_shown": [i for i in expected if i not in shown]}
 
 
 def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (1280, 720),
@@ -660,8 +699,10 @@ SLIDE_EXTENT_JS = """() => {
 }"""
 
 
-def check_offline(browser, html: Path, out: Path, viewport: tuple[int, int] = (1280, 800)) -> dict:
-    """Open an exported deck from disk with networking disabled and step through every slide.
+def check_offline(browser, html: Path, out: Path, viewport: tuple[int, int] = (1280, 800),
+                  key: str = "Space") -> dict:
+    """Open an exported deck from disk with networking disabled and step through every slide with
+    ``key`` (``"Space"`` or ``"ArrowRight"``: a presenter uses either; both must reach every slide).
 
     Besides the counts of the module docstring, ``cut`` lists every slide whose content was never
     wholly on screen: its top, bottom, left or right edge lay outside the slide area (in the
@@ -680,19 +721,21 @@ def check_offline(browser, html: Path, out: Path, viewport: tuple[int, int] = (1
     page.goto(html.resolve().as_uri())
     time.sleep(4)
     total = page.evaluate("() => Reveal.getTotalSlides()")
-    report = {"deck": str(html), "viewport": f"{viewport[0]}x{viewport[1]}", "slides": total, "advanced": 0,
+    report = {"deck": str(html), "key": key, "viewport": f"{viewport[0]}x{viewport[1]}", "slides": total,
+              "advanced": 0, "slides_seen": 0, "notes": 0,
               "math": 0, "math_errors": 0, "plots": 0, "plots_undrawn": 0, "snapshots": 0, "text_widgets": 0,
               "fitted": 0, "scrolled": 0, "reached_end": False}
     last = None
     extents: dict[str, list[dict]] = {}
     for k in range(4 * total + 20):              # fragments and scrolling take steps too; stop after the last slide
-        page.screenshot(path=str(out / f"offline_{html.stem.split('.')[0]}_{k:02d}.png"))
+        page.screenshot(path=str(out / f"offline_{html.stem.split('.')[0]}_{key}_{k:02d}.png"))
         slide = page.locator("section.present").last
         now = json.dumps(page.evaluate("() => Reveal.getIndices()"))
         extent = page.evaluate(SLIDE_EXTENT_JS)
         extent["step"] = k
         extents.setdefault(extent["slide"], []).append(extent)
         if now != last:                          # count what a slide shows once, not once per scroll step
+            report["notes"] += slide.locator("aside.notes").count()
             report["math"] += slide.locator(".MathJax, .MathJax_Display, mjx-container").count()
             report["math_errors"] += slide.locator(".MathJax_Error, merror").count()
             report["plots"] += slide.locator(".js-plotly-plot .main-svg").count() and 1
@@ -706,8 +749,9 @@ def check_offline(browser, html: Path, out: Path, viewport: tuple[int, int] = (1
                 "s.scrollTop + s.clientHeight < s.scrollHeight - 2; }"):
             report["reached_end"] = True
             break
-        page.keyboard.press("Space")              # reveal.js "next": slides and their subslides in order
+        page.keyboard.press(key)                  # linear navigation: slides and their subslides in order
         time.sleep(0.8)
+    report["slides_seen"] = len(extents)
     report["cut"] = []
     for name, seen in extents.items():
         report["fitted"] += any(e["zoom"] != "1" for e in seen)
@@ -744,6 +788,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Run All this many times (then Restart Kernel and Run All) before operating the controls")
     parser.add_argument("--deck", action="store_true", help="also present each notebook with jupyterlab-slideshow")
     parser.add_argument("--deck-only", action="store_true", help="with --deck: skip the per-panel checks before it")
+    parser.add_argument("--deck-key", default=None, help="with --deck: also step the live deck with this key "
+                        "alone (e.g. ArrowRight) and list the cells it never shows")
     parser.add_argument("--deck-size", default="1280x720", help="with --deck: the viewport of the deck (a projector)")
     parser.add_argument("--offline", action="store_true",
                         help="the arguments are exported .slides.html decks: open them from disk, offline")
@@ -756,11 +802,13 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
             size = tuple(int(v) for v in args.offline_viewport.lower().split("x"))
-            reports = [check_offline(browser, Path(h), args.out, size) for h in args.notebooks]
+            reports = [check_offline(browser, Path(h), args.out, size, key) for h in args.notebooks
+                       for key in ("Space", "ArrowRight")]
             browser.close()
         print(json.dumps({"offline_reports": reports}, indent=2))
         bad = any(r["remote_requests"] or r["console_errors"] or r["text_widgets"] or not r["reached_end"]
-                  or r["cut"] or r["plots_undrawn"] or r["math_errors"] for r in reports)
+                  or r["cut"] or r["plots_undrawn"] or r["math_errors"] or r["slides_seen"] < r["slides"]
+                  for r in reports)
         return 1 if bad else 0
 
     port = free_port()
@@ -791,6 +839,9 @@ def main(argv: list[str] | None = None) -> int:
                     reports[-1].update(check_deck(page, args.out / Path(rel).stem, size=size,
                                                  run_timeout=args.run_timeout))
                     reports[-1]["deck_failed"] = deck_failed(reports[-1])
+                    if args.deck_key:
+                        reports[-1].update(check_deck_keys(page, scratch / rel, args.deck_key, size=size))
+                        reports[-1]["deck_failed"] |= bool(reports[-1]["deck_key_cells_never_shown"])
                 reports[-1]["console_errors"] = [e for e in console_errors[seen:] if not any(s in e for s in ignored)]
                 (args.out / Path(rel).stem / "console.txt").write_text("\n".join(console_all))   # every type, for reading
                 console_all.clear()

@@ -303,3 +303,18 @@ def test_medusa_training_smoke_run(tmp_path):
     assert len(heads.stats["val_top1_by_head"]) == 3 and all(0 <= a <= 1 for a in heads.stats["val_top1_by_head"])
     with pytest.raises(FileNotFoundError, match="train medusa"):
         load_medusa(tmp_path / "missing")
+
+
+def test_variants_panel_greys_out_the_controls_a_method_does_not_read(tiny_lm):
+    from labsupport.widgets.speculative_variants import variants_panel
+
+    box = variants_panel(tiny_lm, random_heads(tiny_lm.model.config.n_embd), "Return the", layers=1,
+                         max_new_tokens=8)
+    c = box.controls
+    assert c["gamma"].disabled and not c["shape"].disabled and c["layers"].disabled      # Medusa: the shape decides
+    c["temperature"].value = 0.8
+    assert c["shape"].disabled and box.error.value == ""                                 # a chain at T > 0
+    c["method"].value = "self-speculation"
+    assert not c["gamma"].disabled and not c["layers"].disabled and c["shape"].disabled
+    c["method"].value = "lookahead"
+    assert not c["gamma"].disabled and c["layers"].disabled

@@ -359,8 +359,12 @@ def test_automaton_figure_draws_every_state_and_refuses_huge_ones():
 
 def test_masked_candidates_figure_marks_refused_tokens():
     from labsupport.viz.structured import REFUSED_COLOR, masked_candidates_figure
+    from labsupport.viz.structured import ALLOWED_COLOR
     fig = masked_candidates_figure(["a", "b", "c"], [0.5, 0.3, 0.2], [0.0, 0.6, 0.4], [False, True, True])
-    assert next(iter(fig.data[1].marker.color)) == REFUSED_COLOR and fig.data[1].y[0] == 0.0
+    allowed, refused = fig.data[1], fig.data[2]
+    assert allowed.marker.color == ALLOWED_COLOR and list(allowed.y) == [None, 0.6, 0.4]   # legend swatch = bars
+    assert refused.marker.color == REFUSED_COLOR and refused.y[0] == 0.0 and refused.text[0] == "0"
+    assert len(masked_candidates_figure(["a"], [1.0], [1.0], [True]).data) == 2             # nothing refused
     with pytest.raises(ValueError):
         masked_candidates_figure(["a"], [0.5, 0.5], [1.0], [True])
 
@@ -370,6 +374,7 @@ def test_panel_refuses_duplicate_keys_and_never_raises(tiny_lm):
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
                                                "ok": {"type": "boolean"}}, "required": ["name", "ok"]}
     panel = structured_lab(tiny_lm, {"json": schema}, "x", seed=1, max_complete=30)
+    assert panel.controls["temperature"].layout.width == "460px"          # wide enough to read
     visible = [b for b in panel.chips.children if b.layout.display != "none"]
     assert visible and all(b.token is not None for b in visible), "candidate chips are shown"
     panel.force_text('{"name":"Al","name"')
@@ -447,3 +452,14 @@ def test_engine_without_tokenizer_refuses_structured_output(tiny_lm):
     engine = LLMEngine(tiny_lm.model, block_size=4, num_blocks=16)
     with pytest.raises(ValueError, match="tokenizer"):
         engine.add_request([1, 2, 3], SamplingParams(structured_output={"regex": "a+"}))
+
+
+def test_lab_after_eos_shows_no_stale_candidates(tiny_lm):
+    from labsupport.widgets.structured import _only, structured_lab
+
+    panel = structured_lab(tiny_lm, {"choice": ["yes", "no"]}, "Answer:", seed=0, max_complete=20)
+    panel.controls["complete"].click()
+    (shown,) = panel.figure.outputs
+    plot = shown["data"]["application/vnd.plotly.v1+json"]
+    assert plot["layout"]["title"]["text"].startswith("No more candidates") and not plot["data"]
+    assert _only(1) == "only 1 token is" and _only(3) == "only 3 tokens are"

@@ -14,9 +14,13 @@ A decode step at batch ``B`` is priced as a sum of times (no overlap assumed):
 weights read from HBM ``W / (tp · HBM)`` (each of the ``pp`` stages reads its share in turn),
 the KV cache read likewise, ``2L`` all-reduces ``2(tp − 1) · α + 2(tp − 1)/tp · B·E·b / β``
 on the TP link, and ``pp − 1`` hops ``α + B·E·b / β`` on the pipeline link. The H100 figures:
-HBM3 3.35 TB/s, 80 GB; NVLink 4 900 GB/s per GPU (the figure NVIDIA quotes, both directions
-together), 8 GPUs per node; InfiniBand NDR ≈ 50 GB/s per GPU between nodes. The per-message
-latencies ``α`` are assumed orders of magnitude (a few µs), not measurements.
+HBM3 3.35 TB/s, 80 GB; NVLink 4: NVIDIA quotes 900 GB/s per GPU, but that counts both directions
+together — one rank *sends* at most 450 GB/s, the figure used here; 8 GPUs per node; InfiniBand NDR
+≈ 50 GB/s per GPU and direction between nodes. The per-message latencies ``α`` are assumed orders
+of magnitude (a few µs), not measurements. The all-reduce is priced as a ring (``2(p − 1)``
+messages); for the few kilobytes of a decode step a one-shot all-reduce (every rank sends its
+vector to every other at once: one message latency, ``(p − 1)×`` the bytes) is faster, and NCCL
+picks its algorithm by message size — so the ring's ``2(p − 1)·α`` is an upper bound there.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class GPU:
 
 
 H100 = GPU("H100 SXM", hbm_bandwidth=3.35e12, memory=80e9, gpus_per_node=8)
-NVLINK = Link("NVLink 4 (900 GB/s)", 900e9, 3e-6)
+NVLINK = Link("NVLink 4 (450 GB/s each way)", 450e9, 3e-6)
 PCIE5 = Link("PCIe 5 x16 (64 GB/s)", 64e9, 5e-6)
 INFINIBAND = Link("InfiniBand NDR (50 GB/s)", 50e9, 10e-6)
 LINKS = {link.name: link for link in (NVLINK, PCIE5, INFINIBAND)}

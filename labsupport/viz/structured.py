@@ -146,8 +146,9 @@ def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float
                              allowed: Sequence[bool], *, title: str = "Top candidates: model vs grammar-masked") -> go.Figure:
     """Bars of the model's probability (grey) and the distribution actually sampled from (blue/red).
 
-    A refused candidate's masked probability is exactly 0 (its bar vanishes; its label turns
-    red). Two traces: ``model`` and ``with grammar``.
+    A refused candidate's masked probability is exactly 0: it is drawn in a third trace, red, labelled
+    "0" (so the legend's colours are the bars' colours). Traces: ``model``, ``sampled from`` (blue,
+    the allowed tokens) and, when any token is refused, ``refused by the grammar``.
 
     Raises:
         ValueError: the sequences differ in length.
@@ -158,9 +159,12 @@ def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float
     labels = unique_labels(list(tokens))
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=list(probs_before), name="model (no grammar)", marker_color=BEFORE_COLOR))
-    fig.add_trace(go.Bar(x=labels, y=list(probs_after), name="sampled from (mask + temperature)",
-                         marker_color=[ALLOWED_COLOR if a else REFUSED_COLOR for a in allowed],
-                         text=["" if a else "0" for a in allowed], textposition="outside"))
+    fig.add_trace(go.Bar(x=labels, y=[p if a else None for p, a in zip(probs_after, allowed)],
+                         name="sampled from (mask + temperature)", marker_color=ALLOWED_COLOR, offsetgroup="after"))
+    if not all(allowed):                       # refused: probability 0, its own legend entry in red
+        fig.add_trace(go.Bar(x=labels, y=[None if a else 0.0 for a in allowed], name="refused by the grammar (p = 0)",
+                             marker_color=REFUSED_COLOR, offsetgroup="after", text=["" if a else "0" for a in allowed],
+                             textposition="outside", textfont={"color": REFUSED_COLOR}))
     fig.update_layout(barmode="group", xaxis={"type": "category", "title": "candidate token"},
                       yaxis={"title": "probability", "range": [0, 1]})
     return _style(fig, title, 380)

@@ -74,7 +74,7 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
     # A plain plotly output redrawn on every change (show_figure), not a FigureWidget updated in place:
     # that one rendered as empty axes in JupyterLab, in both browser runs of chapter 07.
     figure = widgets.Output()
-    stats, error, text = widgets.HTML(), widgets.HTML(), widgets.HTML()
+    stats, error, text, note = widgets.HTML(), widgets.HTML(), widgets.HTML(), widgets.HTML()
     state: dict = {}
 
     def redraw(*_):
@@ -94,9 +94,25 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
                                               title=f"Round {i}: {len(tokens) - 1} candidates, "
                                                     f"{len(path)} accepted"))
 
+    def show_active(c: dict) -> None:
+        """Grey out the controls the chosen method does not read, and say why."""
+        medusa, sampling = c["method"] == "Medusa heads", c["temperature"] > 0
+        controls["shape"].disabled = not medusa or sampling
+        controls["gamma"].disabled = medusa
+        controls["layers"].disabled = c["method"] != "self-speculation"
+        why = []
+        if medusa:
+            why.append("γ is the tree's depth under Medusa (set by the tree shape)")
+            if sampling:
+                why.append("at T > 0 Medusa drafts one chain from its heads (a tree is verified greedily only)")
+        elif c["method"] == "lookahead":
+            why.append("γ is the Jacobi window under lookahead")
+        note.value = ("<div style='font-size:14px;color:#555'>" + html.escape("; ".join(why)) + "</div>") if why else ""
+
     def update(*_):
         try:
             c = {k: w.value for k, w in controls.items()}
+            show_active(c)
             proposer = _make(c["method"], heads, c["shape"], c["gamma"], c["layers"])
             engine = SpeculativeEngine(target, proposer, keep_trees=True)
             params = SamplingParams(temperature=c["temperature"], seed=0, ignore_eos=True)
@@ -121,7 +137,7 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
         w.observe(redraw if k == "round" else update, names="value")
     update()
     box = Panel([controls["method"], widgets.HBox([controls["shape"], controls["temperature"]]),
-                        widgets.HBox([controls["gamma"], controls["layers"]]), controls["round"], stats, error,
+                        widgets.HBox([controls["gamma"], controls["layers"]]), note, controls["round"], stats, error,
                         figure, text])
     box.controls, box.figure, box.stats, box.error, box.update, box.state = controls, figure, stats, error, update, state
     return box

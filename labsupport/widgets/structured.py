@@ -34,6 +34,25 @@ _WIDE = {"description_width": "initial"}
 
 
 
+
+def _only(n: int) -> str:
+    """``"only 1 token is"`` / ``"only 3 tokens are"``."""
+    return f"only {n:,} token is" if n == 1 else f"only {n:,} tokens are"
+
+
+def done_figure(num_tokens: int):
+    """The candidates chart once EOS ended the output: nothing is sampled any more."""
+    import plotly.graph_objects as go
+
+    from labsupport.viz.style import style
+    fig = go.Figure()
+    fig.add_annotation(text=f"output complete: EOS after {num_tokens} token{'s' if num_tokens != 1 else ''} "
+                            "— press reset to start again", showarrow=False, x=0.5, y=0.5, xref="paper",
+                       yref="paper", font={"size": 18})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return style(fig, "No more candidates: the grammar's output is complete", 380)
+
 def _stat(name: str, value: str) -> str:
     return (f"<div style='display:inline-block;margin:0 22px 6px 0'><div style='font-size:14px;color:#555'>"
             f"{name}</div><div style='font-size:20px;font-weight:600'>{value}</div></div>")
@@ -98,7 +117,8 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
     controls = {
         "grammar": widgets.ToggleButton(value=True, description="grammar ON", icon="check", button_style="success"),
         "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=2.0, step=0.05, style=_WIDE,
-                                           description="temperature T (0 = greedy)", continuous_update=False),
+                                           description="temperature T (0 = greedy)", continuous_update=False,
+                                           layout=widgets.Layout(width="460px")),
         "seed": widgets.IntSlider(value=seed, min=0, max=99, description="seed", style=_WIDE, continuous_update=False),
         "sample": widgets.Button(description="sample next token", icon="step-forward"),
         "complete": widgets.Button(description="complete", icon="fast-forward",
@@ -167,6 +187,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         if state["done"]:
             for b in chip_pool:
                 b.token, b.layout.display = None, "none"
+            figure.show(done_figure(len(state["out"])))          # not the last step's candidates any more
             return
         model_p = torch.softmax(logits, dim=-1)
         final_p = probs_from_logits(logits, params(), allowed=mask)
@@ -221,8 +242,8 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
             g = state["gstate"]
             if controls["grammar"].value and g is not None and not grammar.allowed_token_mask(g)[tok]:
                 note.value = (f"<div style='color:#b35900;font-size:16px'>refused by the grammar: token "
-                              f"“{html.escape(lm.token_str(tok))}” (only {grammar.num_allowed(g):,} tokens are "
-                              "allowed here); the tokens before it were added, it and the rest were not</div>")
+                              f"“{html.escape(lm.token_str(tok))}” ({_only(grammar.num_allowed(g))} allowed "
+                              "here); the tokens before it were added, it and the rest were not</div>")
                 return
             append(tok)
 
