@@ -358,8 +358,7 @@ def test_automaton_figure_draws_every_state_and_refuses_huge_ones():
 
 
 def test_masked_candidates_figure_marks_refused_tokens():
-    from labsupport.viz.structured import REFUSED_COLOR, masked_candidates_figure
-    from labsupport.viz.structured import ALLOWED_COLOR
+    from labsupport.viz.structured import ALLOWED_COLOR, REFUSED_COLOR, masked_candidates_figure
     fig = masked_candidates_figure(["a", "b", "c"], [0.5, 0.3, 0.2], [0.0, 0.6, 0.4], [False, True, True])
     allowed, refused = fig.data[1], fig.data[2]
     assert allowed.marker.color == ALLOWED_COLOR and list(allowed.y) == [None, 0.6, 0.4]   # legend swatch = bars
