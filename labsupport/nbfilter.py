@@ -41,9 +41,15 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def main() -> int:
-    """Filter a notebook from stdin to stdout (git's clean filter protocol)."""
-    nb = nbformat.reads(sys.stdin.buffer.read().decode("utf-8"), as_version=nbformat.NO_CONVERT)
-    text = nbformat.writes(clean(nb))
+    """Filter a notebook from stdin to stdout (git's clean filter protocol). Not a notebook: a one-line
+    message on stderr and exit status 1 (git then refuses the file, as with nbstripout itself)."""
+    try:
+        nb = nbformat.reads(sys.stdin.buffer.read().decode("utf-8-sig"), as_version=nbformat.NO_CONVERT)
+        text = nbformat.writes(clean(nb))
+    except Exception as err:  # noqa: BLE001 - any unreadable input gets the same short message
+        print(f"labsupport.nbfilter: no valid notebook on stdin ({type(err).__name__}: {str(err)[:120]})",
+              file=sys.stderr)
+        return 1
     sys.stdout.buffer.write((text if text.endswith("\n") else text + "\n").encode("utf-8"))
     return 0
 

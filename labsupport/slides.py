@@ -194,7 +194,10 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
     nb = nbformat.read(notebook, as_version=4)
     if execute:
         os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only
-        ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3", store_widget_state=False)
+        quiet = Config()
+        if os.name != "nt":              # ipykernel warns "running over TCP without encryption" once a chapter
+            quiet.KernelManager.transport = "ipc"        # a local socket file: no TCP port, no warning
+        ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3", store_widget_state=False, config=quiet)
         ep.preprocess(nb, {"metadata": {"path": str(notebook.parent)}})
         if keep_executed is not None:
             Path(keep_executed).mkdir(parents=True, exist_ok=True)

@@ -500,7 +500,7 @@ ONSCREEN_JS = ("() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cel
 
 
 def check_deck_keys(page, notebook: Path, key: str = "ArrowRight", max_steps: int = 200,
-                    size: tuple[int, int] = (1280, 720)) -> dict:
+                    size: tuple[int, int] = (1280, 720), out: Path | None = None) -> dict:
     """Present the open notebook and step with ``key`` only (a presenter's →, a clicker): every cell
     that is not ``skip`` / ``notes`` must come on screen. Reports the cells never shown."""
     nb = json.loads(notebook.read_text(encoding="utf-8"))
@@ -516,9 +516,13 @@ def check_deck_keys(page, notebook: Path, key: str = "ArrowRight", max_steps: in
     page.click("[data-command='deck:toggle']")
     time.sleep(3)
     shown, still, last = set(), 0, None
-    for _ in range(max_steps):
+    focus = []
+    for k in range(max_steps):
         now = page.evaluate(ONSCREEN_JS)
         shown.update(now)
+        focus.append(page.evaluate("() => (document.activeElement || {}).className || ''")[:60])
+        if out is not None:
+            page.screenshot(path=str(out / f"deck_key_{k:02d}.png"))
         still = still + 1 if now == last else 0
         if still >= 3:
             break
@@ -528,7 +532,7 @@ def check_deck_keys(page, notebook: Path, key: str = "ArrowRight", max_steps: in
     page.click("[data-command='deck:toggle']")
     time.sleep(1)
     return {"deck_key": key, "deck_key_cells_expected": len(expected),
-            "deck_key_cells_never_shown": [i for i in expected if i not in shown]}
+            "deck_key_cells_never_shown": [i for i in expected if i not in shown], "deck_key_focus": focus[-4:]}
 
 
 def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (1280, 720),
@@ -836,12 +840,13 @@ def main(argv: list[str] | None = None) -> int:
                                               log=lambda line: print(line, flush=True)))
                 if args.deck:
                     size = tuple(int(v) for v in args.deck_size.lower().split("x"))
+                    if args.deck_key:                     # first, as a presenter enters the deck after Run All
+                        reports[-1].update(check_deck_keys(page, scratch / rel, args.deck_key, size=size,
+                                                           out=args.out / Path(rel).stem))
                     reports[-1].update(check_deck(page, args.out / Path(rel).stem, size=size,
                                                  run_timeout=args.run_timeout))
-                    reports[-1]["deck_failed"] = deck_failed(reports[-1])
-                    if args.deck_key:
-                        reports[-1].update(check_deck_keys(page, scratch / rel, args.deck_key, size=size))
-                        reports[-1]["deck_failed"] |= bool(reports[-1]["deck_key_cells_never_shown"])
+                    reports[-1]["deck_failed"] = (deck_failed(reports[-1])
+                                                  or bool(reports[-1].get("deck_key_cells_never_shown")))
                 reports[-1]["console_errors"] = [e for e in console_errors[seen:] if not any(s in e for s in ignored)]
                 (args.out / Path(rel).stem / "console.txt").write_text("\n".join(console_all))   # every type, for reading
                 console_all.clear()

@@ -17,6 +17,7 @@ committed form alone, without executing: ``python tests/notebook_tools.py --no-e
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -83,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         nb = nbformat.read(path, as_version=4)
         if not args.no_execute:
             start = time.perf_counter()
-            NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
+            km = None
+            if os.name != "nt":                  # a local socket: no "kernel over TCP without encryption" warning
+                from jupyter_client import KernelManager
+                km = KernelManager(kernel_name="python3", transport="ipc")
+            NotebookClient(nb, km=km, timeout=args.timeout, kernel_name="python3",
                            resources={"metadata": {"path": str(path.parent)}}).execute()
             print(f"{path}: executed in {time.perf_counter() - start:.1f} s")
         nbformat.write(normalise(nb), path)

@@ -44,6 +44,7 @@ from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams
 from labsupport.speculative import PROSE, REPETITIVE
+from labsupport.speculative.eagle import EagleProposer, load_eagle
 from labsupport.speculative.engine import SpeculativeEngine
 from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaProposer, load_medusa
@@ -54,15 +55,17 @@ from labsupport.validation import check_int
 SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
 
 
-def default_methods(target: LoadedModel, heads=None) -> dict[str, Callable[[], object]]:
+def default_methods(target: LoadedModel, heads=None, eagle=None) -> dict[str, Callable[[], object]]:
     """Name → factory of a fresh proposer (``None`` = plain decoding), the chapter's line-up."""
     heads = heads if heads is not None else load_medusa()
+    eagle = eagle if eagle is not None else load_eagle()
     return {"plain": lambda: None,
             "self-spec k=1": lambda: SelfSpecProposer(1, 3), "self-spec k=2": lambda: SelfSpecProposer(2, 3),
             "self-spec k=3": lambda: SelfSpecProposer(3, 3),
             "medusa chain": lambda: MedusaProposer(heads, widths=(1, 1, 1)),
             "medusa tree": lambda: MedusaProposer(heads, widths=(3, 2, 1)),
-            "lookahead": lambda: LookaheadProposer(window=4, ngram=4, max_candidates=3)}
+            "lookahead": lambda: LookaheadProposer(window=4, ngram=4, max_candidates=3),
+            "eagle γ=3": lambda: EagleProposer(eagle, 3), "eagle γ=5": lambda: EagleProposer(eagle, 5)}
 
 
 @torch.no_grad()

@@ -60,10 +60,21 @@ class Linear:
         out_in: the layout of ``weight``.
 
     Shapes: ``x (M, in)`` → ``(M, out)``, contiguous.
+
+    Raises:
+        TypeError: ``weight`` / ``bias`` not tensors. ValueError: ``weight`` not 2-D, or ``bias``
+            not ``(out,)``.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out_in: bool = False):
-        self.bias = bias
+        if not isinstance(weight, torch.Tensor) or (bias is not None and not isinstance(bias, torch.Tensor)):
+            raise TypeError(f"weight and bias must be tensors, got {type(weight).__name__}, {type(bias).__name__}")
+        if weight.dim() != 2:
+            raise ValueError(f"weight must be 2-D, got shape {tuple(weight.shape)}")
+        out = weight.shape[0] if out_in else weight.shape[1]
+        if bias is not None and tuple(bias.shape) != (out,):
+            raise ValueError(f"bias must have shape ({out},), got {tuple(bias.shape)}")
+        self.bias = None if bias is None else bias.contiguous()           # oneDNN reads it as a flat array
         self.w_io = weight.t() if out_in else weight                      # (in, out), a view
         self.w_oi = self.packed = None
         if weight.device.type == "cpu":                                   # a contiguous out×in copy

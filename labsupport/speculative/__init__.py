@@ -15,6 +15,7 @@ One concept per module, every name re-exported here (``from labsupport import sp
   (verify, commit) of both paths;
 * :mod:`.proposers` — the proposer protocol, the draft loop, draft-model and n-gram proposers;
   :mod:`.self_spec` (the target's first layers), :mod:`.medusa` (heads on its hidden state),
+  :mod:`.eagle` (a one-layer head drafting the target's next feature),
   :mod:`.lookahead` (Jacobi window + n-gram pool) implement the same protocol;
 * :mod:`.config` — ``speculative_config`` (method, ``num_speculative_tokens``) → a proposer;
 * :mod:`.engine` — :class:`SpeculativeEngine`, the paged engine every method runs on, with
@@ -31,6 +32,7 @@ Timing (step costs, speed-up sweeps, engine comparison) lives in :mod:`labsuppor
 from .cache import CachedLM
 from .config import METHODS, SpeculativeConfig, make_proposer
 from .decode import SpeculativeResult, speculative_generate
+from .eagle import EagleHead, EagleProposer, load_eagle
 from .engine import SpeculativeEngine
 from .exactness import TwoTokenTree, sampling_noise_floor, simulate_two_tokens, total_variation, two_token_tree
 from .lookahead import LookaheadProposer
@@ -67,6 +69,8 @@ __all__ = [
     "CachedLM",
     "Draft",
     "DraftModelProposer",
+    "EagleHead",
+    "EagleProposer",
     "LookaheadProposer",
     "MedusaHeads",
     "MedusaProposer",
@@ -97,6 +101,7 @@ __all__ = [
     "expected_tokens_per_round",
     "finish_round",
     "independent_tokens_estimate",
+    "load_eagle",
     "load_medusa",
     "lookup_ngram",
     "make_proposer",

@@ -16,7 +16,7 @@ from ..validation import check_choice, check_int
 
 __all__ = ["METHODS", "SpeculativeConfig", "make_proposer"]
 
-METHODS = ("draft_model", "ngram", "self_speculative", "medusa", "lookahead")
+METHODS = ("draft_model", "ngram", "eagle", "self_speculative", "medusa", "lookahead")
 
 
 @dataclass
@@ -30,7 +30,8 @@ class SpeculativeConfig:
             shipped name / path to load.
         prompt_lookup_max / prompt_lookup_min: n-gram sizes (``"ngram"``).
         num_layers: blocks the self-speculative draft runs (``"self_speculative"``).
-        heads: Medusa heads or EAGLE head (an object, or a shipped name / path to load).
+        heads: Medusa heads (``"medusa"``) or an EAGLE head (``"eagle"``): an object, or a shipped
+            name / path to load (default the shipped ones).
         tree_widths: Medusa's top-k per depth, e.g. ``(3, 2, 1)`` (``None``: a chain of width 1).
         ngram / max_candidates: lookahead's n-gram length and candidates per round.
 
@@ -94,9 +95,22 @@ def make_proposer(config: SpeculativeConfig | Mapping, target):
         return SelfSpecProposer(cfg.num_layers, gamma)
     if cfg.method == "lookahead":
         return LookaheadProposer(window=gamma, ngram=cfg.ngram, max_candidates=cfg.max_candidates)
+    if cfg.method == "eagle":
+        from .eagle import EagleProposer, load_eagle
+        head = cfg.heads if cfg.heads is not None and not isinstance(cfg.heads, str) else \
+            load_eagle(cfg.heads or "tiny-gpt2-eagle", device=target.device)
+        return EagleProposer(head, gamma)
     heads = cfg.heads if cfg.heads is not None and not isinstance(cfg.heads, str) else \
         load_medusa(cfg.heads or "tiny-gpt2-medusa", device=target.device)
-    widths = cfg.tree_widths if cfg.tree_widths is not None else (1,) * gamma        # method "medusa"
-    if len(widths) != gamma:
-        raise ValueError(f"tree_widths {tuple(widths)} must have num_speculative_tokens = {gamma} levels")
+    if cfg.tree_widths is None:                                                        # method "medusa"
+        if gamma > heads.num_heads:
+            raise ValueError(f"num_speculative_tokens={gamma} exceeds the {heads.num_heads} Medusa heads "
+                             f"(one head per draft position): use 1..{heads.num_heads}")
+        widths = (1,) * gamma
+    else:
+        if isinstance(cfg.tree_widths, (str, bytes)) or not hasattr(cfg.tree_widths, "__len__"):
+            raise TypeError(f"tree_widths must be a sequence of top-k sizes, e.g. (3, 2, 1), got {cfg.tree_widths!r}")
+        widths = tuple(cfg.tree_widths)
+        if len(widths) != gamma:
+            raise ValueError(f"tree_widths {widths} must have num_speculative_tokens = {gamma} levels")
     return MedusaProposer(heads, widths=widths)

@@ -44,7 +44,7 @@ class SpeculativeResult:
     seconds: float
 
 
-@dataclass
+@dataclass(eq=False)                     # hashable by identity: a proposer keeps one cache per loop
 class _Loop:
     """What a proposer sees of this loop: the target (no paged cache here)."""
 
@@ -78,11 +78,12 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
         :class:`SpeculativeResult` with per-round records and :class:`SpecStats`.
 
     Raises:
-        TypeError: ``params`` not SamplingParams, ``proposer`` not a Proposer.
+        TypeError: ``target`` not a LoadedModel, ``params`` not SamplingParams, ``proposer`` not a Proposer.
         ValueError: empty prompt, a prompt that fills the context window, a draft whose
             vocabulary differs from the target's, or a proposer that needs the paged engine
             (self-speculation, Medusa, lookahead: use :class:`~.engine.SpeculativeEngine`).
     """
+    check_type("target", target, LoadedModel)
     check_type("params", params, SamplingParams)
     if not isinstance(proposer, Proposer):
         raise TypeError(f"proposer must be a Proposer, got {type(proposer).__name__}")

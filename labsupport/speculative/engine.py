@@ -175,12 +175,15 @@ class SpeculativeEngine(LLMEngine):
             return []
         todo = {rid: self.requests[rid].seq.token_ids[:-1] for rid in admitted
                 if len(self.requests[rid].seq.token_ids) > 1}
-        out = extend(self.runner, bm, todo, all_logits=False, return_hidden=True) if todo else {}
+        every_row = bool(getattr(self.proposer, "needs_prompt_hidden", False))   # EAGLE reads every feature
+        out = extend(self.runner, bm, todo, all_logits=every_row, return_hidden=True) if todo else {}
         new = []
         for rid in admitted:
             self.requests[rid].metrics.first_scheduled_time = now
             s = self._spec_sequence(self.requests[rid])
             s.state["prefill_hidden"] = out[rid][0][-1] if rid in out else None
+            if every_row:
+                s.state["prompt_hidden"] = out[rid][0] if rid in out else None
             new.append(s)
         if self.proposer is not None:
             self.proposer.start(self, new)
@@ -206,12 +209,12 @@ class SpeculativeEngine(LLMEngine):
         t0 = time.perf_counter()
         speculate = self.proposer is not None and (self.policy is None or self.policy.speculate(len(seqs)))
         drafts = self.proposer.propose(self, seqs) if speculate else {}
+        bm = self.block_manager
         drafts = {s.request_id: clip_draft(drafts.get(s.request_id, Draft()), s.room, s.token_ids[-1],
-                                           self.max_draft_tokens) for s in seqs}
+                                           self.max_draft_tokens, self._slots_left(s)) for s in seqs}
         t1 = time.perf_counter()
         self.draft_seconds += t1 - t0
         self.speculative_rounds += int(speculate)
-        bm = self.block_manager
         feeds = {s.request_id: s.token_ids[bm.num_slots(s.request_id) if bm.has_seq(s.request_id) else 0:]
                  + drafts[s.request_id].tokens for s in seqs}
         out = extend(self.runner, bm, feeds, tree_parents=self._tree_parents(feeds, drafts), return_hidden=True)
@@ -239,6 +242,12 @@ class SpeculativeEngine(LLMEngine):
                 self.proposer.observe(self, s, d, path, hidden, logits)
         self.target_seconds += time.perf_counter() - t1
         return finished
+
+    def _slots_left(self, s: SpecSequence) -> int:
+        """Draft tokens the context window has slots for this round: every fed token takes one."""
+        bm = self.block_manager
+        cached = bm.num_slots(s.request_id) if bm.has_seq(s.request_id) else 0
+        return self.runner.max_positions - cached - (len(s.prompt_ids) + len(s.output_ids) - cached)
 
     @staticmethod
     def _tree_parents(feeds, drafts):

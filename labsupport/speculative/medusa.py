@@ -222,10 +222,22 @@ class MedusaProposer(Proposer):
     needs_paged_target = True
 
     def __init__(self, heads: MedusaHeads, widths=(3, 2, 1), choices=None):
+        from ..validation import is_int
         from .tree import choices_from_widths
         if not isinstance(heads, MedusaHeads):
             raise TypeError(f"heads must be MedusaHeads, got {type(heads).__name__}")
-        choices = [tuple(c) for c in (choices if choices is not None else choices_from_widths(widths))]
+        if choices is None:
+            if isinstance(widths, (str, bytes)) or not hasattr(widths, "__iter__"):
+                raise TypeError(f"widths must be a sequence of top-k sizes per depth, e.g. (3, 2, 1), got {widths!r}")
+            choices = choices_from_widths(list(widths))
+        elif isinstance(choices, (str, bytes)) or not hasattr(choices, "__iter__"):
+            raise TypeError(f"choices must be a list of rank paths, e.g. [(0,), (1,), (0, 0)], got {choices!r}")
+        paths = []
+        for c in choices:
+            if isinstance(c, (str, bytes)) or not hasattr(c, "__iter__") or not all(is_int(r) and r >= 0 for r in c):
+                raise TypeError(f"choices must hold tuples of ranks (integers >= 0), got {c!r}")
+            paths.append(tuple(int(r) for r in c))
+        choices = paths
         if not choices or any(len(c) == 0 for c in choices):
             raise ValueError(f"choices must be a non-empty list of non-empty rank paths, got {choices!r}")
         depth = max(len(c) for c in choices)
@@ -241,8 +253,16 @@ class MedusaProposer(Proposer):
         return max(len(self.choices), self.num_speculative_tokens)
 
     def start(self, engine, seqs) -> None:
-        if self.heads.n_embd != engine.runner.lm_head.shape[1]:
-            raise ValueError(f"heads have n_embd {self.heads.n_embd}, the target {engine.runner.lm_head.shape[1]}")
+        lm_head = engine.runner.lm_head
+        if self.heads.n_embd != lm_head.shape[1]:
+            raise ValueError(f"heads have n_embd {self.heads.n_embd}, the target {lm_head.shape[1]}")
+        p = next(self.heads.parameters())
+        if (p.dtype, p.device) != (lm_head.dtype, lm_head.device):
+            raise ValueError(f"heads must have the target's dtype and device ({lm_head.dtype}, {lm_head.device}), "
+                             f"got ({p.dtype}, {p.device}): use heads.to(...)")
+        if self.width > lm_head.shape[0]:
+            raise ValueError(f"a tree rank {self.width - 1} needs more candidates than the vocabulary has "
+                             f"({lm_head.shape[0]})")
         for s in seqs:
             s.state["hidden"] = s.state.get("prefill_hidden")   # None for a one-token prompt: a plain first round
 

@@ -21,6 +21,7 @@ and n-gram prompt lookup (vLLM's ``ngram``; Hugging Face's ``prompt_lookup_num_t
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -160,11 +161,13 @@ class DraftModelProposer(Proposer):
         num_speculative_tokens: γ ≥ 1.
 
     Attributes:
-        runner, block_manager: the draft's cache (made at the first :meth:`start`, shaped like
-            the engine's pool). forwards: draft forwards since construction.
+        runner, block_manager: the draft's cache for the engine it served last (one cache per
+            engine, made at its first :meth:`start` and shaped like its pool, so one proposer can
+            serve several engines at once). forwards: draft forwards since construction.
 
     Raises:
-        TypeError / ValueError: γ out of range; draft and target do not share a vocabulary.
+        TypeError / ValueError: γ out of range; ``draft`` / ``target`` not LoadedModels; draft and
+            target do not share a vocabulary.
     """
 
     name = "draft model"
@@ -173,19 +176,27 @@ class DraftModelProposer(Proposer):
         super().__init__(num_speculative_tokens)
         check_type("draft", draft, LoadedModel)
         if target is not None:
+            check_type("target", target, LoadedModel)
             check_same_vocabulary(target, draft)
         self.draft = draft
         self.runner: ModelRunner | None = None
         self.block_manager: BlockManager | None = None
+        self._caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine → (runner, manager)
+
+    def _cache(self, engine) -> BlockManager:
+        """The draft's paged cache for ``engine`` (made on first use, shaped like its pool)."""
+        block_size, num_blocks = pool_shape(engine)
+        cache = self._caches.get(engine)
+        if cache is None or (cache[1].block_size, cache[1].num_blocks) != (block_size, num_blocks):
+            cache = (ModelRunner(self.draft, block_size, num_blocks), BlockManager(num_blocks, block_size))
+            self._caches[engine] = cache
+        self.runner, self.block_manager = cache
+        return cache[1]
 
     def start(self, engine, seqs) -> None:
         """Prefill every new prompt (all but its last token) into the draft's cache in one forward."""
         check_same_vocabulary(engine.target, self.draft)
-        block_size, num_blocks = pool_shape(engine)
-        bm = self.block_manager
-        if bm is None or (bm.block_size, bm.num_blocks) != (block_size, num_blocks):
-            self.runner = ModelRunner(self.draft, block_size, num_blocks)
-            self.block_manager = bm = BlockManager(num_blocks, block_size)
+        bm = self._cache(engine)
         for s in seqs:
             if bm.has_seq(s.request_id):
                 bm.free(s.request_id)
@@ -196,7 +207,7 @@ class DraftModelProposer(Proposer):
     @torch.no_grad()
     def propose(self, engine, seqs) -> dict[str, Draft]:
         """γ draft forwards for the whole batch (the first feeds whatever each cache lacks)."""
-        bm = self.block_manager
+        bm = self._cache(engine)
         feeds = {s.request_id: s.token_ids[bm.num_slots(s.request_id) if bm.has_seq(s.request_id) else 0:]
                  for s in seqs}
         counts = {s.request_id: min(self.num_speculative_tokens, max(s.room, 0)) for s in seqs}
@@ -209,13 +220,14 @@ class DraftModelProposer(Proposer):
 
     def observe(self, engine, s, draft, path, hidden, logits) -> None:
         """Keep the draft's KV of the committed prefix only: drafts after the first rejection go."""
-        rec, bm = s.rounds[-1], self.block_manager
+        rec, bm = s.rounds[-1], self._cache(engine)
         if bm.has_seq(s.request_id):
             bm.truncate(s.request_id, min(rec.position + rec.num_accepted, bm.num_slots(s.request_id)))
 
     def finish(self, engine, s) -> None:
-        if self.block_manager is not None and self.block_manager.has_seq(s.request_id):
-            self.block_manager.free(s.request_id)
+        bm = self._cache(engine)
+        if bm.has_seq(s.request_id):
+            bm.free(s.request_id)
 
 
 class NgramProposer(Proposer):

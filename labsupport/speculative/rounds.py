@@ -108,14 +108,19 @@ def draft_distribution(logits: torch.Tensor, s: SpecSequence, drafted: list[int]
                              prompt_lens=len(s.prompt_ids), end_ids=s.stop_rule.end_ids)[0]
 
 
-def clip_draft(draft: Draft, room: int, root: int, max_tokens: int | None = None) -> Draft:
-    """The draft cut to ``room`` tokens along any path (a round never drafts what it could not emit).
+def clip_draft(draft: Draft, room: int, root: int, max_tokens: int | None = None,
+               max_nodes: int | None = None) -> Draft:
+    """The draft cut to ``room`` tokens along any path (a round never drafts what it could not emit)
+    and, for a tree, to ``max_nodes`` nodes (every node takes a KV slot while it is verified: near the
+    end of the context window a wide tree must shrink; nodes come parents first, so a prefix of them
+    is a tree).
 
     Args:
         draft: the proposer's draft. room: most draft tokens along one path (≥ 0).
         root: the pending token (the tree's node 0).
         max_tokens: the most tokens the proposer said a draft holds (its ``max_draft_tokens``);
             more is a proposer bug.
+        max_nodes: most draft tokens (nodes) the cache has slots for this round; None = no limit.
 
     Raises:
         ValueError: a draft with more tokens than ``max_tokens``, or a malformed tree.
@@ -130,6 +135,8 @@ def clip_draft(draft: Draft, room: int, root: int, max_tokens: int | None = None
         return Draft(draft.tokens[:room], None, None if draft.q is None else draft.q[:room])
     tree = TokenTree([root, *draft.tokens], draft.parents)
     keep = [i for i in range(1, len(tree)) if tree.depths[i] <= room]
+    if max_nodes is not None:
+        keep = keep[:max(max_nodes, 0)]
     where = {i: j + 1 for j, i in enumerate(keep)}
     return Draft([tree.tokens[i] for i in keep], [-1] + [where.get(tree.parents[i], 0) for i in keep])
 
