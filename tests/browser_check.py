@@ -518,8 +518,9 @@ def check_deck_keys(page, notebook: Path, key: str = "ArrowRight", max_steps: in
     shown, still, last = set(), 0, None
     focus = []
     for k in range(max_steps):
-        now = page.evaluate(ONSCREEN_JS)
-        shown.update(now)
+        on = page.evaluate(ONSCREEN_JS)
+        shown.update(on)
+        now = (on, page.evaluate(ACTIVE_JS))          # the end: neither the slide nor the active cell moves
         focus.append(page.evaluate("() => (document.activeElement || {}).className || ''")[:60])
         if out is not None:
             page.screenshot(path=str(out / f"deck_key_{k:02d}.png"))
