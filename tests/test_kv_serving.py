@@ -345,6 +345,11 @@ def test_figures_and_panels_build(lm, blends):
     assert len(vs.tradeoff_table_figure([("a", "b", "c", "d", "e")]).data) == 1
     panel = cacheblend_lab(blends, r=0.2)
     assert "KL" in panel.children[1].value
+    r_s, method, _ = panel.children[0].children
+    method.value = "none"                                  # reuse as is: r is greyed out, not "r = 20 %"
+    assert r_s.disabled and "r does not apply" in panel.children[1].value and "r = 20" not in panel.children[1].value
+    method.value = "deviation"
+    assert not r_s.disabled and "r = 20 %" in panel.children[1].value
     system, convs = _chat(lm)
     panel = tier_lab(lm, system, convs[:2], num_blocks=8, block_size=4, new_tokens=2)
     assert "audit of every tier passed" in panel.children[1].value

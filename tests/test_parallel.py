@@ -312,3 +312,28 @@ def test_figures_and_panels_build():
     with pytest.raises(ValueError):
         cluster_panel("no such model")
 
+
+
+def test_cluster_panel_clears_a_refused_chart_and_limits_the_context():
+    """A refused setting (PP above the layers) shows its message and no stale bars; the TP link is
+    read again as soon as the setting is valid; the context slider stops at the model's window."""
+    from labsupport import kv
+    from labsupport.parallel import cost_model as cm
+    from labsupport.widgets.parallel import cluster_panel
+
+    tiny = kv.ModelShape("tiny", n_layers=4, n_heads=4, n_kv_heads=4, head_dim=64, n_params=4_470_000)
+    cal = {"name": "tiny (this CPU)", "shape": tiny, "gpu": cm.H100, "link": cm.NVLINK, "tp": [1, 2],
+           "measured_ms": [1.0, 1.2], "max_context": 1024}
+    box = cluster_panel("Llama 3 70B", calibration=cal, context=4096)
+    model_w, link_w = box.children[0].children
+    pp_w = box.children[1].children[1]
+    ctx_w = box.children[2].children[1]
+    text, chart = box.children[3], box.children[4]
+    assert max(ctx_w.options) == 8192                                      # Llama 3's window
+    model_w.value = "tiny (this CPU)"
+    assert max(ctx_w.options) == 1024 and ctx_w.value == 1024               # cut to the window, said by the slider
+    pp_w.value = 8
+    assert "PP degree 8" in text.value and not chart.outputs               # refused: message, no old bars
+    link_w.value = cm.PCIE5.name
+    pp_w.value = 2
+    assert chart.outputs and cm.PCIE5.name.split(" (")[0] in text.value    # the link chosen meanwhile counts

@@ -22,6 +22,8 @@ TP_DEGREES = [1, 2, 4, 8, 16]
 PP_DEGREES = [1, 2, 4, 8]
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 CONTEXTS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 131072]
+#: the longest context each model was trained for (Llama 3: 8k; Llama 3.1: 128k); others: no limit here
+MAX_CONTEXT = {"Llama 3 8B": 8192, "Llama 3 70B": 8192, "Llama 3.1 405B": 131072}
 
 
 def _error(text: str) -> str:
@@ -70,8 +72,8 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
         interconnect: a key of :data:`labsupport.parallel.cost_model.LINKS` (the TP link).
         batch, context: initial decode batch and tokens per request.
         calibration: optional measured point: ``{"name", "shape", "gpu", "link", "tp", "measured_ms"}``
-            — a model priced with the hardware fitted on this machine, its measured step times
-            drawn as markers.
+            (and ``"max_context"``, its ``n_positions``) — a model priced with the hardware fitted
+            on this machine, its measured step times drawn as markers.
 
     Raises:
         ValueError: a value the sliders do not offer.
@@ -93,6 +95,21 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
     batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch")
     ctx_w = widgets.SelectionSlider(options=CONTEXTS, value=context, description="context")
     text, chart = widgets.HTML(), widgets.Output()
+    limits = dict(MAX_CONTEXT, **({calibration["name"]: calibration["max_context"]}
+                                  if calibration and calibration.get("max_context") else {}))
+
+    def contexts_for(name: str) -> list[int]:
+        """The context slider's stops for a model: none past its context window."""
+        top = limits.get(name)
+        return [c for c in CONTEXTS if top is None or c <= top] or CONTEXTS[:1]
+
+    def on_model(_change=None) -> None:
+        allowed = contexts_for(model_w.value)
+        if list(ctx_w.options) != allowed:
+            value = ctx_w.value if ctx_w.value in allowed else allowed[-1]
+            ctx_w.options = allowed                              # resets the value to the first stop …
+            ctx_w.value = value                                  # … so set it after
+        redraw()
 
     def redraw(_change=None) -> None:
         try:
@@ -125,9 +142,11 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
                 f"{'none' if best is None else f'TP {best.tp} ({best.total_s * 1e3:.2f} ms)'}</div>")
         except Exception as err:                                # noqa: BLE001 - shown in the panel
             text.value = _error(f"{type(err).__name__}: {err}")
+            chart.outputs = ()                                   # no bars of a setting that was refused
 
-    for control in (model_w, link_w, tp_w, pp_w, batch_w, ctx_w):
+    for control in (link_w, tp_w, pp_w, batch_w, ctx_w):
         control.observe(redraw, names="value")
-    redraw()
+    model_w.observe(on_model, names="value")
+    on_model()
     return Panel([widgets.HBox([model_w, link_w]), widgets.HBox([tp_w, pp_w]),
                          widgets.HBox([batch_w, ctx_w]), text, chart])

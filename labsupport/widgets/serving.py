@@ -59,11 +59,15 @@ def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRI
 
     def redraw(_=None) -> None:
         try:
-            res = blends[pos.value].run(r_s.value / 100, method.value)
-            info.value = (f"<div style='font-size:16px'>r = {r_s.value} % ({len(res.selected)} of "
-                          f"{blends[pos.value].T} context tokens): KL = {res.kl:.4f} nats, top-1 = {res.top1:.0%}, "
+            none = method.value == "none"                    # reuse as is: r does not apply
+            r_s.disabled = none
+            r = 0.0 if none else r_s.value / 100
+            res = blends[pos.value].run(r, method.value)
+            what = ("select by none: the chunks' caches reused as they are, nothing recomputed (r does not apply)"
+                    if none else f"r = {r_s.value} % ({len(res.selected)} of {blends[pos.value].T} context tokens)")
+            info.value = (f"<div style='font-size:16px'>{what}: KL = {res.kl:.4f} nats, top-1 = {res.top1:.0%}, "
                           f"compute ≈ {res.compute_fraction:.0%} of a full prefill</div>")
-            show_figure(out, blend_curve_figure(curves, marker_r=r_s.value / 100))
+            show_figure(out, blend_curve_figure(curves, marker_r=r))
         except (TypeError, ValueError, RuntimeError) as e:       # the panel keeps working
             info.value = _error(e)
 
