@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[test,slides]"
+	$(PY) -m labsupport.setup_hint $(VENV)/etc/ipython
 	touch $(STAMP)
 
 # Outputs never reach a commit: nbstripout as a git clean filter (idempotent; skipped outside git).

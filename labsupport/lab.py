@@ -30,6 +30,10 @@ def describe(lm) -> str:
             f"vocabulary |V| = {cfg.vocab_size:,} tokens, on {lm.device}")
 
 
+SETUP_DONE = False
+"""True once :func:`setup_chapter` ran in this kernel."""
+
+
 def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEFAULT_THREADS,
                   device: str = "auto", verbose: bool = True):
     """Seed everything, set torch's thread count, load ``model`` and print what it is.
@@ -60,6 +64,8 @@ def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEF
     seed_everything(seed)
     torch.set_num_threads(threads)
     lm = load_model(model, device=device)
+    global SETUP_DONE
+    SETUP_DONE = True                               # labsupport.setup_hint: a later NameError is a typo
     if verbose:
         print(describe(lm))
     return lm

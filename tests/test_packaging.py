@@ -253,3 +253,31 @@ def test_pull_goes_through_after_saving_outputs(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "upstream edit" in mine.read_text()
+
+
+def test_a_cell_run_before_the_setup_says_which_cell_to_run():
+    """make setup writes the kernel config that installs labsupport.setup_hint: a NameError before the
+    set-up names the set-up cell; after it (a typo) the traceback stays as it is."""
+    from jupyter_client.manager import start_new_kernel
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(PY) -m labsupport.setup_hint $(VENV)/etc/ipython" in makefile
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        def run(code: str) -> str:
+            msg_id, out = kc.execute(code), []
+            while True:
+                m = kc.get_iopub_msg(timeout=60)
+                if m["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if m["msg_type"] == "stream":
+                    out.append(m["content"]["text"])
+                if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                    return "".join(out)
+        run("import labsupport.setup_hint as h; h.install()")          # what the kernel config runs
+        assert "run the first code cell" in run("target.encode('x')")
+        run("import labsupport.lab as lab; lab.SETUP_DONE = True")
+        assert "run the first code cell" not in run("tarrget")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
