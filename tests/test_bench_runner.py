@@ -26,6 +26,7 @@ def test_bench_all_runs_every_benchmark_once(monkeypatch):
     monkeypatch.setattr("labsupport.models.load_model", lambda name, device="cpu": name)
     monkeypatch.setattr(spec, "run_pairs", lambda *a, **k: calls.append("speculative") or {"rows": [], "costs": {}})
     monkeypatch.setattr(spec, "run_engine", lambda *a, **k: [])
+    monkeypatch.setattr(spec, "runner_verification_costs", lambda target, context, gammas, **k: {g: [1.0] for g in gammas})
     monkeypatch.setattr(spec, "_print_tables", lambda *a, **k: None)
     assert bench_main.main(["all"]) == 0
     assert sorted(calls) == sorted(BENCHMARKS), calls         # speculative-variants exactly once
@@ -63,3 +64,10 @@ def test_variant_speedups_and_the_batch_sweep_share_their_runs(tiny_lm, monkeypa
     assert medians == {1: 1.0}
     with pytest.raises(ValueError, match="repeats"):
         variants.batch_sweep_runs(tiny_lm, methods["plain"], "Return the number of", repeats=0)
+
+
+def test_runner_verification_costs_are_ratios_to_a_one_token_forward(tiny_lm):
+    from labsupport.bench.speculative import runner_verification_costs
+
+    v = runner_verification_costs(tiny_lm, "Return the number of", [1, 4], repeats=2, inner=2)
+    assert sorted(v) == [1, 4] and all(len(r) == 2 and all(x > 0 for x in r) for r in v.values())

@@ -194,11 +194,11 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
 
 
 @torch.no_grad()
-def runner_verification_costs(target: LoadedModel, context: Sequence[int], gammas: Sequence[int] = range(1, 9),
+def runner_verification_costs(target: LoadedModel, context: str | Sequence[int], gammas: Sequence[int] = range(1, 9),
                               repeats: int = 5, inner: int = 5) -> dict[int, list[float]]:
     """v(γ) of the paged runner itself: the time of one forward over γ + 1 new tokens of a sequence
     holding ``context``, in units of one single-token forward — once per repeat (each the fastest
-    of ``inner`` alternating tries), so the spread across repeats can be printed.
+    of ``inner`` alternating tries), so the spread across repeats can be printed. ``context``: text or ids.
 
     Returns:
         ``{γ: [v of each repeat]}``.
@@ -210,8 +210,9 @@ def runner_verification_costs(target: LoadedModel, context: Sequence[int], gamma
     check_int("repeats", repeats, 1)
     gammas = [check_int("gammas[i]", g, 1) for g in gammas]
     out: dict[int, list[float]] = {g: [] for g in gammas}
+    ids = target.encode(context) if isinstance(context, str) else list(context)
     for _ in range(repeats):
-        best = forward_costs(target, list(context), [1] + [g + 1 for g in gammas], repeats=inner)
+        best = forward_costs(target, ids, [1] + [g + 1 for g in gammas], repeats=inner)
         for g in gammas:
             out[g].append(best[g + 1] / best[1])
     return out
@@ -344,8 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     temps = [float(t) for t in args.temperatures.split(",")]
     print(f"speculative decoding benchmark: target {args.target}, draft {args.draft}, {args.max_new_tokens} new "
           f"tokens, best of {args.repeats}, torch threads {torch.get_num_threads()}")
-    context = target.encode(PROSE)
-    v = runner_verification_costs(target, context, gammas, repeats=max(3, args.repeats))
+    v = runner_verification_costs(target, PROSE, gammas, repeats=max(3, args.repeats))
     print("\nverification cost of the paged runner, v(γ) = forward over γ + 1 tokens / one-token forward "
           f"(median, range of {max(3, args.repeats)} repeats, each the fastest of 5):")
     for g in gammas:
