@@ -32,6 +32,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -196,7 +197,9 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
         os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"     # the kernel inherits it: JSON figures only
         quiet = Config()
         if os.name != "nt":              # ipykernel warns "running over TCP without encryption" once a chapter
-            quiet.KernelManager.transport = "ipc"        # a local socket file: no TCP port, no warning
+            quiet.KernelManager.transport = "ipc"        # a local socket file: no TCP port, no warning …
+            quiet.KernelManager.ip = str(Path(tempfile.mkdtemp(prefix="labsupport-kernel-")) / "kernel")  # … absolute:
+            # the kernel runs in the chapter's folder, the client here; a relative socket path would differ
         ep = ExecutePreprocessor(timeout=timeout, kernel_name="python3", store_widget_state=False, config=quiet)
         ep.preprocess(nb, {"metadata": {"path": str(notebook.parent)}})
         if keep_executed is not None:

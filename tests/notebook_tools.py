@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             km = None
             if os.name != "nt":                  # a local socket: no "kernel over TCP without encryption" warning
                 from jupyter_client import KernelManager
-                km = KernelManager(kernel_name="python3", transport="ipc")
+                sockets = Path(tempfile.mkdtemp(prefix="labsupport-kernel-")) / "kernel"   # absolute: the kernel
+                km = KernelManager(kernel_name="python3", transport="ipc", ip=str(sockets))   # runs elsewhere
             NotebookClient(nb, km=km, timeout=args.timeout, kernel_name="python3",
                            resources={"metadata": {"path": str(path.parent)}}).execute()
             print(f"{path}: executed in {time.perf_counter() - start:.1f} s")

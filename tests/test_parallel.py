@@ -254,7 +254,7 @@ def test_cost_model_on_an_h100_node():
     assert one.weights_s == pytest.approx(kv.weight_bytes(l70) / 3.35e12)
     assert four.weights_s == pytest.approx(one.weights_s / 4)
     assert not one.fits and four.fits
-    assert four.tp_comm_s == pytest.approx(2 * 80 * (6 * 3e-6 + 1.5 * 8192 * 2 / 900e9))
+    assert four.tp_comm_s == pytest.approx(2 * 80 * (6 * 3e-6 + 1.5 * 8192 * 2 / 450e9))   # NVLink: 450 GB/s each way
     across = cm.decode_step(l70, 16)                                 # TP group larger than a node → InfiniBand
     assert across.tp_link == cm.INFINIBAND.name
     assert cm.decode_step(l70, 2, 4).pp_link == cm.NVLINK.name and cm.decode_step(l70, 8, 2).pp_link == cm.INFINIBAND.name
