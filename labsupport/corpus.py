@@ -115,3 +115,12 @@ def encode_documents(tokenizer, docs: list[str], which: list[int], eos_id: int) 
         ids.extend(tokenizer(docs[i])["input_ids"])
         ids.append(eos_id)
     return torch.tensor(ids, dtype=torch.long)
+
+
+def target_streams(tokenizer, eos_id: int, seed: int = 1234, smoke: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(train_ids, val_ids)``: the corpus split as the shipped models were trained on it, in a
+    trained tokenizer's ids (what the draft heads for the frozen target train on); ``smoke``: a
+    small corpus for CI."""
+    docs = build_corpus(max_documents=600 if smoke else None)
+    train_docs, val_docs = split_documents(docs, seed)
+    return encode_documents(tokenizer, docs, train_docs, eos_id), encode_documents(tokenizer, docs, val_docs, eos_id)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .corpus import build_corpus, encode_documents, split_documents
+from .corpus import target_streams
 
 MEDUSA_MARK = "## Medusa heads (`tiny-gpt2-medusa`)"
 
@@ -76,11 +76,8 @@ def medusa_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    docs = build_corpus(max_documents=600 if args.smoke else None)
-    train_docs, val_docs = split_documents(docs, args.seed)       # the split of the base run (same seed)
     target = load_model("tiny-gpt2", device="cpu")
-    val_ids = encode_documents(target.tokenizer, docs, val_docs, target.eos_token_id)
-    train_ids = encode_documents(target.tokenizer, docs, train_docs, target.eos_token_id)
+    train_ids, val_ids = target_streams(target.tokenizer, target.eos_token_id, args.seed, args.smoke)  # the base split
     steps = 3 if args.smoke else args.steps
     heads, stats = train_medusa(target, train_ids, val_ids, num_heads=args.heads, steps=steps,
                                 batch_size=args.batch_size, num_windows=8 if args.smoke else 384, seed=args.seed)

@@ -22,7 +22,6 @@ arg-max, EAGLE-1's loss).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -31,8 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models import MODELS_DIR, LoadedModel
+from ..models import LoadedModel
 from ..validation import check_int
+from .head_files import read_head, save_head
+from .medusa import _final_hidden
 from .proposers import Proposer
 from .rounds import Draft, draft_distribution
 
@@ -97,13 +98,8 @@ class EagleHead(nn.Module):
 
     def save(self, path: str | Path, stats: dict | None = None) -> None:
         """Write ``model.safetensors`` and ``config.json`` (with ``stats``) under ``path``."""
-        from safetensors.torch import save_file
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(path / "model.safetensors"))
-        cfg = {"n_embd": self.n_embd, "n_head": self.n_head, "architecture": "EAGLE-1 head: fc(2E→E) + one "
-               "transformer block; the target's embedding and LM head", **({"stats": stats} if stats else {})}
-        (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        save_head(self, path, {"n_embd": self.n_embd, "n_head": self.n_head, "architecture": "EAGLE-1 head: "
+                               "fc(2E→E) + one transformer block; the target's embedding and LM head"}, stats)
 
 
 def load_eagle(name_or_path: str | Path = EAGLE_DIR, device: torch.device | str = "cpu") -> EagleHead:
@@ -112,26 +108,14 @@ def load_eagle(name_or_path: str | Path = EAGLE_DIR, device: torch.device | str 
     Raises:
         FileNotFoundError: no such folder.
     """
-    from safetensors.torch import load_file
-    path = Path(name_or_path)
-    if not path.is_absolute() and not path.exists():
-        path = MODELS_DIR / path
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"no EAGLE head at {path}; run `python -m labsupport.train eagle` to build it")
-    cfg = json.loads((path / "config.json").read_text())
+    cfg, state = read_head(name_or_path, "EAGLE head", "python -m labsupport.train eagle")
     head = EagleHead(cfg["n_embd"], cfg["n_head"])
-    head.load_state_dict(load_file(str(path / "model.safetensors")))
+    head.load_state_dict(state)
     head.stats = cfg.get("stats", {})
     return head.to(device).eval()
 
 
 # ---------------------------------------------------------------------------- training
-
-@torch.no_grad()
-def _features(target: LoadedModel, windows: torch.Tensor) -> torch.Tensor:
-    """``(B, T)`` ids → ``(B, T, E)`` the target's hidden state after ``ln_f`` (its "feature")."""
-    return target.model.transformer(windows).last_hidden_state
-
 
 def _loss(head: EagleHead, feats: torch.Tensor, ids: torch.Tensor, wte: torch.Tensor, lm_head: torch.Tensor,
           w_cls: float = 0.1) -> tuple[torch.Tensor, float]:
@@ -154,7 +138,7 @@ def eagle_accuracy(target: LoadedModel, head: EagleHead, ids: torch.Tensor, seq_
     n = min(max_windows, (len(ids) - 1) // seq_len)
     windows = torch.stack([ids[i * seq_len:(i + 1) * seq_len] for i in range(n)])
     wte, lm_head = target.model.transformer.wte.weight, target.model.lm_head.weight
-    return _loss(head, _features(target, windows), windows, wte, lm_head)[1]
+    return _loss(head, _final_hidden(target, windows), windows, wte, lm_head)[1]
 
 
 def train_eagle(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Tensor, *, steps: int = 600,
@@ -176,7 +160,7 @@ def train_eagle(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Ten
     start = time.perf_counter()
     idx = torch.randint(0, len(train_ids) - seq_len - 1, (num_windows,), generator=gen).tolist()
     windows = torch.stack([train_ids[i:i + seq_len] for i in idx])
-    feats = torch.cat([_features(target, w) for w in tqdm(windows.split(32), desc="target features", mininterval=5)])
+    feats = torch.cat([_final_hidden(target, w) for w in tqdm(windows.split(32), desc="target features", mininterval=5)])
     head = EagleHead(model.config.n_embd, model.config.n_head)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
     wte, lm_head = model.transformer.wte.weight, model.lm_head.weight

@@ -17,7 +17,6 @@ per-head top-1 accuracy).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -26,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models import MODELS_DIR, LoadedModel
+from ..models import LoadedModel
 from ..validation import check_int
+from .head_files import read_head, save_head
 from .proposers import Proposer
 
 __all__ = ["MedusaHeads", "head_accuracy", "load_medusa", "train_medusa"]
@@ -67,13 +67,8 @@ class MedusaHeads(nn.Module):
 
     def save(self, path: str | Path, stats: dict | None = None) -> None:
         """Write ``model.safetensors`` and ``config.json`` (with ``stats``) under ``path``."""
-        from safetensors.torch import save_file
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(path / "model.safetensors"))
-        cfg = {"n_embd": self.n_embd, "num_heads": self.num_heads, "architecture": "medusa-1 residual heads, "
-               "LM head shared with the target", **({"stats": stats} if stats else {})}
-        (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        save_head(self, path, {"n_embd": self.n_embd, "num_heads": self.num_heads,
+                               "architecture": "medusa-1 residual heads, LM head shared with the target"}, stats)
 
 
 def load_medusa(name_or_path: str | Path = MEDUSA_DIR, device: torch.device | str = "cpu") -> MedusaHeads:
@@ -82,15 +77,9 @@ def load_medusa(name_or_path: str | Path = MEDUSA_DIR, device: torch.device | st
     Raises:
         FileNotFoundError: no such folder.
     """
-    from safetensors.torch import load_file
-    path = Path(name_or_path)
-    if not path.is_absolute() and not path.exists():
-        path = MODELS_DIR / path
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"no Medusa heads at {path}; run `python -m labsupport.train medusa` to build them")
-    cfg = json.loads((path / "config.json").read_text())
+    cfg, state = read_head(name_or_path, "Medusa heads", "python -m labsupport.train medusa")
     heads = MedusaHeads(cfg["n_embd"], cfg["num_heads"])
-    heads.load_state_dict(load_file(str(path / "model.safetensors")))
+    heads.load_state_dict(state)
     heads.stats = cfg.get("stats", {})
     return heads.to(device).eval()
 
