@@ -161,7 +161,7 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
                 c = parts[m][0] / parts[m][2] / t_round
                 v = parts[m][1] / parts[m][2] / t_round
                 tpr = sum(o.spec_stats.produced for o in outs) / sum(o.spec_stats.rounds for o in outs)
-                heads = getattr(eng.proposer, "heads", None)
+                heads = getattr(eng.proposer, "heads", None) or getattr(eng.proposer, "head", None)   # Medusa, EAGLE
                 rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
                                       tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,
                                       v_forward=t_nodes / fwd[1],
