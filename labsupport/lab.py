@@ -26,8 +26,8 @@ def describe(lm) -> str:
     cfg = lm.model.config
     n_params = sum(p.numel() for p in lm.model.parameters())
     return (f"{lm.name}: GPT-2 with {cfg.n_layer} layers, {cfg.n_head} heads of {cfg.n_embd // cfg.n_head}, "
-            f"d_model {cfg.n_embd}, {n_params / 1e6:.2f} M parameters ({n_params * 4 / 1e6:.1f} MB in fp32), "
-            f"vocabulary |V| = {cfg.vocab_size:,} tokens, on {lm.device}")
+            f"d_model {cfg.n_embd},\n{n_params / 1e6:.2f} M parameters ({n_params * 4 / 1e6:.1f} MB in fp32), "
+            f"vocabulary |V| = {cfg.vocab_size:,} tokens, on {lm.device}")          # two lines: a slide's width
 
 
 SETUP_DONE = False
