@@ -33,7 +33,7 @@ from torch import nn
 from ..models import LoadedModel
 from ..validation import check_int
 from .head_files import read_head, save_head
-from .medusa import _final_hidden
+from .medusa import _final_hidden, frozen_target_windows
 from .proposers import Proposer
 from .rounds import Draft, draft_distribution
 
@@ -152,15 +152,9 @@ def train_eagle(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Ten
     """
     from tqdm.auto import tqdm
 
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    model = target.model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
     start = time.perf_counter()
-    idx = torch.randint(0, len(train_ids) - seq_len - 1, (num_windows,), generator=gen).tolist()
-    windows = torch.stack([train_ids[i:i + seq_len] for i in idx])
-    feats = torch.cat([_final_hidden(target, w) for w in tqdm(windows.split(32), desc="target features", mininterval=5)])
+    gen, windows, feats = frozen_target_windows(target, train_ids, seq_len, num_windows, seed)
+    model = target.model
     head = EagleHead(model.config.n_embd, model.config.n_head)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
     wte, lm_head = model.transformer.wte.weight, model.lm_head.weight

@@ -92,6 +92,24 @@ def _final_hidden(target: LoadedModel, batch: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def frozen_target_windows(target: LoadedModel, train_ids: torch.Tensor, seq_len: int, num_windows: int,
+                          seed: int) -> tuple[torch.Generator, torch.Tensor, torch.Tensor]:
+    """What training a draft head on a frozen target starts with (Medusa, EAGLE): seed torch and a
+    generator, freeze the target, draw ``num_windows`` random windows of ``seq_len`` tokens and
+    compute the target's hidden states once. Returns ``(generator, windows (W, T), hidden (W, T, E))``."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    for p in target.model.eval().parameters():
+        p.requires_grad_(False)
+    idx = torch.randint(0, len(train_ids) - seq_len - 1, (num_windows,), generator=gen).tolist()
+    windows = torch.stack([train_ids[i:i + seq_len] for i in idx])                  # (W, T)
+    hidden = torch.cat([_final_hidden(target, w) for w in tqdm(windows.split(32), desc="target features",
+                                                                 mininterval=5)])   # (W, T, E)
+    return gen, windows, hidden
+
+
 def _target_labels(target: LoadedModel, batch: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """Self-distillation labels ``(B, T)``: position ``j`` holds the target's arg-max after ``j − 1``
     (teacher-forced), i.e. what the target would have said there — what verification checks."""
@@ -151,16 +169,9 @@ def train_medusa(target: LoadedModel, train_ids: torch.Tensor, val_ids: torch.Te
     """
     from tqdm.auto import tqdm
 
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    model = target.model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
     start = time.perf_counter()
-    idx = torch.randint(0, len(train_ids) - seq_len - 1, (num_windows,), generator=gen).tolist()
-    windows = torch.stack([train_ids[i:i + seq_len] for i in idx])                  # (W, T)
-    hidden = torch.cat([_final_hidden(target, w) for w in tqdm(windows.split(32), desc="target features",
-                                                                 mininterval=5)])   # (W, T, E)
+    gen, windows, hidden = frozen_target_windows(target, train_ids, seq_len, num_windows, seed)
+    model = target.model
     labels = _target_labels(target, windows, hidden) if distill else windows
     heads = MedusaHeads(model.config.n_embd, num_heads)
     opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
