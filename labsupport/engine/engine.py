@@ -155,9 +155,7 @@ class LLMEngine:
                        f"(n_positions = {self.runner.max_positions})")
         problem = problem or self.scheduler.why_never_fits(len(ids), max_new)
         if problem is not None:
-            seq.finish_reason, seq.error, seq.status = "error", problem, SequenceStatus.FINISHED
-            req.metrics.finish_time = now
-            self._reported.append(request_id)
+            self._fail(seq, problem, now)
         else:
             self.scheduler.add(seq)
         return request_id
@@ -390,12 +388,23 @@ class LLMEngine:
                 req.metrics.first_token_time = now
             reason = req.stop_rule.check(seq.output_ids, self.tokenizer.decode if self.tokenizer else None)
             if reason is not None:
-                if self.kv_connector is not None:             # e.g. ship the KV to a decode engine first
-                    self.kv_connector.request_finished(self, seq, self.block_manager.block_table(seq.seq_id))
-                self.scheduler.finish(seq, reason)
-                req.metrics.finish_time = now
+                self._finish_request(req, reason, now)
                 finished.append(seq.seq_id)
         return finished
+
+    def _finish_request(self, req: Request, reason: str, now: float) -> None:
+        """A request ends with ``reason``: the KV connector sees it first (e.g. ships its KV to a decode
+        engine), then its blocks are freed."""
+        if self.kv_connector is not None:
+            self.kv_connector.request_finished(self, req.seq, self.block_manager.block_table(req.seq.seq_id))
+        self.scheduler.finish(req.seq, reason)
+        req.metrics.finish_time = now
+
+    def _fail(self, seq: Seq, why: str, now: float) -> None:
+        """A request that can never run finishes at once with ``"error"`` (reported by the next step)."""
+        seq.finish_reason, seq.error, seq.status = "error", why, SequenceStatus.FINISHED
+        self.requests[seq.seq_id].metrics.finish_time = now
+        self._reported.append(seq.seq_id)
 
     def output(self, request_id: str) -> RequestOutput:
         """The current :class:`RequestOutput` of a request.

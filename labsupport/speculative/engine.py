@@ -199,11 +199,6 @@ class SpeculativeEngine(LLMEngine):
         self.spec[s.request_id] = s
         return s
 
-    def _fail(self, seq, why: str, now: float) -> None:
-        seq.finish_reason, seq.error, seq.status = "error", why, SequenceStatus.FINISHED
-        self.requests[seq.seq_id].metrics.finish_time = now
-        self._reported.append(seq.seq_id)
-
     def _round(self, seqs: list[SpecSequence]) -> list[str]:
         """Draft, verify all sequences in one target forward, commit, give back rejected slots."""
         t0 = time.perf_counter()
@@ -236,7 +231,7 @@ class SpeculativeEngine(LLMEngine):
             if metrics.first_token_time is None and rec.emitted:
                 metrics.first_token_time = now
             if s.finish_reason is not None:
-                self._finish(s, now)
+                self._finish_request(self.requests[s.request_id], s.finish_reason, now)
                 finished.append(s.request_id)
             elif self.proposer is not None:
                 self.proposer.observe(self, s, d, path, hidden, logits)
@@ -263,10 +258,7 @@ class SpeculativeEngine(LLMEngine):
             parents[rid] = chain + [lead + p if p >= 0 else -1 for p in d.parents[1:]]
         return parents
 
-    def _finish(self, s: SpecSequence, now: float) -> None:
-        req = self.requests[s.request_id]
-        if self.kv_connector is not None:
-            self.kv_connector.request_finished(self, req.seq, self.block_manager.block_table(s.request_id))
-        self._release(s.request_id)
-        self.scheduler.finish(req.seq, s.finish_reason)
-        req.metrics.finish_time = now
+    def _finish_request(self, req, reason: str, now: float) -> None:
+        """As the plain engine's, and the proposer's state of the request goes too."""
+        self._release(req.seq.seq_id)
+        super()._finish_request(req, reason, now)
