@@ -19,9 +19,9 @@ Steps (each seeded):
 
 ``python -m labsupport.train medusa`` trains Medusa heads (Cai et al. 2024) on the frozen
 shipped target, on the same corpus and split, and saves them to ``assets/models/tiny-gpt2-medusa``
-(:func:`labsupport.train_medusa.medusa_main`); ``python -m labsupport.train eagle`` an EAGLE draft
+(:func:`labsupport.train_heads.medusa_main`); ``python -m labsupport.train eagle`` an EAGLE draft
 head (Li et al. 2024) the same way, saved to ``assets/models/tiny-gpt2-eagle``
-(:func:`labsupport.train_eagle.eagle_main`).
+(:func:`labsupport.train_heads.eagle_main`).
 """
 
 from __future__ import annotations
@@ -228,10 +228,10 @@ CARD_PROMPTS = ["Return the", "If the value is", "This module provides", "The de
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["medusa"]:
-        from .train_medusa import medusa_main
+        from .train_heads import medusa_main
         return medusa_main(argv[1:])
     if argv[:1] == ["eagle"]:
-        from .train_eagle import eagle_main
+        from .train_heads import eagle_main
         return eagle_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models")
