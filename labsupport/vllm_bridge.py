@@ -10,6 +10,11 @@ for vLLM's ``LLMEngine`` (``add_request`` until ``max_in_flight`` are unfinished
 collect), so both engines see the same requests in the same order, greedy, EOS ignored.
 :func:`first_divergence` compares their tokens and, where they differ, how far apart the
 two candidates' logits were (in fp32 a near-tie is the only innocent cause).
+
+Why this is not :class:`labsupport.parallel.launcher.WorkerGroup`: that one forks workers of
+*this* interpreter and joins them in a ``torch.distributed`` process group (chapter 09's
+parallelism); vLLM must run in *another* interpreter with its own torch, so the only shared
+ground is a pipe carrying JSON.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from labsupport.sampling import SamplingParams, process_logits, sample
 from labsupport.sampling.measures import entropy_bits, probability_ratio, sequence_perplexity
 from labsupport.sim.batching import simulate_batching
 from labsupport.sim.serving import latency_stats
-from labsupport.speculative.rejection import sample_from, verify, verify_logits
+from labsupport.sampling import sample_from
+from labsupport.speculative.rejection import verify, verify_logits
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from labsupport.bench.speculative import measure_costs
 from labsupport.generation import generate
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits
+from labsupport.sampling import sample_from
 from labsupport.speculative import (
     Draft,
     DraftModelProposer,
@@ -33,7 +34,6 @@ from labsupport.speculative import (
     independent_tokens_estimate,
     lookup_ngram,
     residual_distribution,
-    sample_from,
     sampling_noise_floor,
     simulate_rounds,
     simulate_two_tokens,

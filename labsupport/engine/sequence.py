@@ -1,4 +1,7 @@
-"""A sequence being generated and its status (nano-vllm's ``Sequence``, vLLM's ``SequenceStatus``)."""
+"""A sequence being generated and its status (vLLM's and nano-vllm's ``Sequence``, vLLM's ``SequenceStatus``).
+
+The name is vLLM's even though ``collections.abc.Sequence`` has it too: a module that needs both
+(``engine.py``) imports this one as ``Seq``."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Ties in top-k and top-p: among equal logits the lower token id comes first (a st
 
 from .measures import candidates_for_mass, entropy_bits, perplexity, probability_ratio, sequence_perplexity
 from .params import GREEDY, SamplingParams
-from .pipeline import FilterTrace, penalise, probs_from_logits, process_logits, sample, trace_filters
+from .pipeline import FilterTrace, penalise, probs_from_logits, process_logits, sample, sample_from, trace_filters
 from .processors import (
     NEG_INF,
     TOP_P_TOLERANCE,
@@ -44,6 +44,7 @@ __all__ = [
     "probs_from_logits",
     "process_logits",
     "sample",
+    "sample_from",
     "sequence_perplexity",
     "top_k_filter",
     "top_p_filter",

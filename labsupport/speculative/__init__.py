@@ -45,7 +45,6 @@ from .rejection import (
     acceptance_probability,
     accepted_prefix_length,
     residual_distribution,
-    sample_from,
     verify,
     verify_logits,
 )
@@ -106,7 +105,6 @@ __all__ = [
     "lookup_ngram",
     "make_proposer",
     "residual_distribution",
-    "sample_from",
     "sampling_noise_floor",
     "simulate_rounds",
     "simulate_two_tokens",

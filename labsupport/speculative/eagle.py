@@ -228,7 +228,7 @@ class EagleProposer(Proposer):
 
     @torch.no_grad()
     def propose(self, engine, seqs) -> dict[str, Draft]:
-        from .rejection import sample_from
+        from ..sampling import sample_from
         wte, lm_head = engine.runner.wte, engine.runner.lm_head
         out = {}
         for s in seqs:

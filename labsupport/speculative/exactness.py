@@ -21,7 +21,8 @@ from ..models import LoadedModel, model_forward
 from ..sampling import SamplingParams, probs_from_logits
 from ..validation import check_int, check_token_ids, check_type
 from .proposers import check_same_vocabulary
-from .rejection import VerifyResult, sample_from, verify_logits
+from ..sampling import sample_from
+from .rejection import VerifyResult, verify_logits
 
 
 @dataclass

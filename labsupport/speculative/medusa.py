@@ -268,7 +268,7 @@ class MedusaProposer(Proposer):
 
     @torch.no_grad()
     def propose(self, engine, seqs):
-        from .rejection import sample_from
+        from ..sampling import sample_from
         from .rounds import Draft, draft_distribution
         from .tree import tree_from_choices
         t0 = time.perf_counter()

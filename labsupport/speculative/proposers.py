@@ -32,7 +32,7 @@ from ..engine.model_runner import ModelRunner
 from ..kv import blocks_needed
 from ..models import LoadedModel
 from ..validation import check_int, check_type
-from .rejection import sample_from
+from ..sampling import sample_from
 from .rounds import Draft, SpecSequence, draft_distribution
 
 __all__ = ["DraftModelProposer", "NgramProposer", "Proposer", "check_same_vocabulary", "draft_tokens",
