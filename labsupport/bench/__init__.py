@@ -1,5 +1,5 @@
 """Benchmarks of the course (``python -m labsupport.bench NAME``): ``engine``, ``speculative``,
-``speculative-variants``, ``kv-cache``, ``structured``, ``vllm`` (needs ``make vllm``) or ``all``.
+``speculative-variants``, ``kv-cache``, ``structured``, ``quant``, ``vllm`` (needs ``make vllm``) or ``all``.
 They print tables of measured times and ratios; they are not tests (no wall-clock time is ever
 asserted) and they fix the torch thread count explicitly.
 
@@ -10,4 +10,4 @@ so a timing printed in a chapter and one printed by ``python -m labsupport.bench
 path. (The core packages stamp times only for their own metrics: arrival, first token, TPOT.)"""
 
 BENCHMARKS = {"engine": "engine", "speculative": "speculative", "kv-cache": "kv_cache", "structured": "structured",
-              "speculative-variants": "speculative_variants", "vllm": "vs_vllm"}
+              "speculative-variants": "speculative_variants", "vllm": "vs_vllm", "quant": "quant"}

@@ -233,7 +233,8 @@ def gather_kv(kv_cache: torch.Tensor, block_tables: torch.Tensor,
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                    meta: AttentionMetadata, scale: float, kv_scales: torch.Tensor | None = None,
+                    kv_cache_dtype: str = "auto") -> torch.Tensor:
     """Attention of the new tokens over everything their sequence has cached, in one call.
 
     Args:
@@ -242,13 +243,21 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
             written into it first.
         meta: the step's :class:`AttentionMetadata`.
         scale: score scale, ``1/√D`` for GPT-2.
+        kv_scales, kv_cache_dtype: an 8-bit cache's scales ``(2, num_blocks, block_size, H)`` and
+            its dtype (:mod:`labsupport.quant.kv`); ``None`` for a cache in the model's dtype.
 
     Returns:
         ``(N, H·D)`` attention output of each new token, heads concatenated.
     """
     _, heads, dim = q.shape
-    write_kv(kv_cache, k, v, meta.slot_mapping)
-    keys, values = gather_kv(kv_cache, meta.block_tables, meta.max_context_len)   # (B, H, C, D) each
+    if kv_scales is None:
+        write_kv(kv_cache, k, v, meta.slot_mapping)
+        keys, values = gather_kv(kv_cache, meta.block_tables, meta.max_context_len)   # (B, H, C, D) each
+    else:                                                              # 8-bit KV: quantise in, dequantise out
+        from ..quant.kv import gather_dequantized, write_quantized
+        write_quantized(kv_cache, kv_scales, k, v, meta.slot_mapping, kv_cache_dtype)
+        keys, values = gather_dequantized(kv_cache, kv_scales, meta.block_tables, meta.max_context_len,
+                                          kv_cache_dtype)
     num_seqs, max_q = meta.num_seqs, meta.max_query_len
     if meta.query_index is None:                                       # every sequence has Q rows already
         queries = q.view(num_seqs, max_q, heads, dim)

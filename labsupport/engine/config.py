@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..quant.int8 import QUANTIZATIONS
+from ..quant.kv import KV_CACHE_DTYPES
 from ..validation import check_bool, check_callable, check_choice, check_int
 
 
@@ -26,6 +28,9 @@ class EngineConfig:
         record_history: keep an :class:`EngineSnapshot` after every step in ``engine.history``.
         clock: seconds for the metrics (``time.perf_counter``; simulators pass a virtual clock).
         seed: seed of the engine's ``torch.Generator`` (requests without their own seed use it).
+        kv_cache_dtype: ``"auto"`` (the model's dtype) or ``"int8"`` / ``"fp8"`` / ``"fp8_e4m3"`` /
+            ``"fp8_e5m2"``: KV blocks in 8 bits with a scale per token and head (:mod:`labsupport.quant.kv`).
+        quantization: ``None`` or ``"int8"``: int8 matmuls (:mod:`labsupport.quant.int8`).
 
     Raises:
         TypeError: a field of the wrong type (flags must be bools, ``clock`` callable).
@@ -44,6 +49,8 @@ class EngineConfig:
     record_history: bool = False
     clock: Callable[[], float] = time.perf_counter
     seed: int = 0
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None
 
     def __post_init__(self) -> None:
         for name, low in (("block_size", 1), ("num_blocks", 1), ("max_num_seqs", 1), ("num_cpu_blocks", 0)):
@@ -56,3 +63,5 @@ class EngineConfig:
             check_bool(name, getattr(self, name))
         check_callable("clock", self.clock)
         self.seed = check_int("seed", self.seed, 0, 2 ** 63 - 1)
+        check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        check_choice("quantization", self.quantization, QUANTIZATIONS)

@@ -7,7 +7,9 @@ the shipped tiny models, ``gpt2``, ``distilgpt2`` …) and runs the same maths a
 (:mod:`labsupport.engine.attention`) and on a flat batch of the new tokens of many
 sequences at once, some in prefill, some in decode.
 
-The cache is one tensor ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``;
+The cache is one tensor ``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``
+(with ``kv_cache_dtype="int8"`` / ``"fp8"`` it holds 8-bit codes and a second tensor
+``kv_scales`` holds their scales: :mod:`labsupport.quant.kv`);
 the :class:`~labsupport.engine.block_manager.BlockManager` decides which blocks each
 sequence uses. The runner never sees the block manager: it takes block tables, as vLLM's model
 runner takes attention metadata. :meth:`ModelRunner.extend` (speculative decoding) runs
@@ -25,7 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from ..kv import blocks_needed
-from ..validation import check_int, is_int
+from ..quant import kv as kvq
+from ..quant.int8 import QUANTIZATIONS, Int8Linear
+from ..validation import check_choice, check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
 from .linear import Linear
 
@@ -61,9 +65,13 @@ class ModelRunner:
         num_blocks: blocks in the device cache.
         num_cpu_blocks: blocks of CPU swap space (allocated on first use).
         device: where the cache lives; default the model's device.
+        kv_cache_dtype: ``"auto"`` (the model's dtype) or ``"int8"`` / ``"fp8"`` / ``"fp8_e5m2"``:
+            8-bit KV with a scale per token and head (vLLM's option).
+        quantization: ``None`` or ``"int8"``: every matrix as an :class:`~labsupport.quant.int8.Int8Linear`
+            (int8 weights and activations; vLLM's option name).
 
     Raises:
-        ValueError: not a GPT-2-family model, or sizes < 1.
+        ValueError: not a GPT-2-family model, sizes < 1, an unknown ``kv_cache_dtype`` or ``quantization``.
 
     Attributes:
         layer_hook: ``None``, or ``hook(layer_index, meta)`` called in every forward right after
@@ -72,7 +80,8 @@ class ModelRunner:
     """
 
     def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, *, kv_cache_dtype: str = "auto",
+                 quantization: str | None = None):
         model = getattr(model, "model", model)                       # LoadedModel → its model
         cfg = getattr(model, "config", None)
         if getattr(cfg, "model_type", None) != "gpt2":
@@ -80,6 +89,8 @@ class ModelRunner:
                              f"got {getattr(cfg, 'model_type', type(model).__name__)!r}")
         block_size, num_blocks = check_int("block_size", block_size, 1), check_int("num_blocks", num_blocks, 1)
         num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
+        self.kv_cache_dtype = kvq.check_kv_cache_dtype(kv_cache_dtype)
+        self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
         self.model = model
         self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -94,19 +105,27 @@ class ModelRunner:
         self.ln_f = (t.ln_f.weight.detach(), t.ln_f.bias.detach())
         self.lm_head = model.lm_head.weight.detach()                 # (V, E), tied to wte in GPT-2
         self.lm_head_linear = Linear(self.lm_head, out_in=True)
+        if quantization == "int8":
+            self.lm_head_linear = Int8Linear(self.lm_head)
+            lin = lambda m: Int8Linear(m.weight.detach().t(), m.bias.detach())      # noqa: E731
+        else:
+            lin = lambda m: Linear(m.weight.detach(), m.bias.detach())               # noqa: E731
         self.layers = []
         for i, block in enumerate(t.h):
             scale = 1.0 / math.sqrt(self.head_dim) if cfg.scale_attn_weights else 1.0
             if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
                 scale /= i + 1
             wb = lambda m: (m.weight.detach(), m.bias.detach())
-            lin = lambda m: Linear(m.weight.detach(), m.bias.detach())
             self.layers.append(_Layer(ln_1=wb(block.ln_1), c_attn=lin(block.attn.c_attn),
                                       attn_proj=lin(block.attn.c_proj), ln_2=wb(block.ln_2),
                                       c_fc=lin(block.mlp.c_fc), mlp_proj=lin(block.mlp.c_proj),
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
-        self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=self.dtype, device=self.device)
+        self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=kvq.storage_dtype(kv_cache_dtype) or self.dtype,
+                                    device=self.device)
+        self.kv_scales = None if kv_cache_dtype == "auto" else \
+            torch.ones(self.cache_shape(num_blocks)[:-1], dtype=torch.float16, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
+        self.cpu_scales: torch.Tensor | None = None
         self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
         self.num_forwards = 0
         self.num_token_forwards = 0
@@ -117,8 +136,14 @@ class ModelRunner:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token takes over all layers: ``2 · L · H · D · bytes``."""
-        return 2 * self.num_layers * self.num_heads * self.head_dim * self.kv_cache.element_size()
+        """Bytes of K and V one token takes over all layers: ``2 · L · H · D · bytes`` (8-bit KV:
+        ``2 · L · H · (D + 2)``, the fp16 scale of each head included)."""
+        per_head = self.head_dim * self.kv_cache.element_size() + (0 if self.kv_scales is None else 2)
+        return 2 * self.num_layers * self.num_heads * per_head
+
+    @property
+    def quantized_kv(self) -> bool:
+        return self.kv_scales is not None
 
     # ------------------------------------------------------------------ the forward pass
     @torch.inference_mode()
@@ -186,7 +211,8 @@ class ModelRunner:
             h = F.layer_norm(x, (e,), *layer.ln_1, eps=self.eps)
             qkv = layer.c_attn(h)                                                 # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
-            a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale)    # (N, E)
+            a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale,
+                                None if self.kv_scales is None else self.kv_scales[i], self.kv_cache_dtype)   # (N, E)
             if self.layer_hook is not None:                                      # layer i's K/V are written
                 self.layer_hook(i, meta)
             x = x + layer.attn_proj(a)
@@ -222,6 +248,8 @@ class ModelRunner:
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
             self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
+            if self.kv_scales is not None:
+                self.kv_scales[:, :, dst] = self.kv_scales[:, :, src]
 
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
         """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
@@ -235,10 +263,14 @@ class ModelRunner:
         self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
         with torch.inference_mode():          # entered only when there is something to move
             if self.cpu_cache is None:
-                self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.dtype)
+                self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.kv_cache.dtype)
+                if self.kv_scales is not None:
+                    self.cpu_scales = torch.ones(self.cache_shape(self.num_cpu_blocks)[:-1], dtype=torch.float16)
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs])
             self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
+            if self.kv_scales is not None:
+                self.cpu_scales[:, :, dst] = self.kv_scales[:, :, src].cpu()
 
     def swap_in(self, mapping: Mapping[int, int]) -> None:
         """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
@@ -255,6 +287,8 @@ class ModelRunner:
             src = torch.tensor(list(mapping.keys()))
             dst = torch.tensor(list(mapping.values()), device=self.device)
             self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
+            if self.kv_scales is not None:
+                self.kv_scales[:, :, dst] = self.cpu_scales[:, :, src].to(self.device)
 
     # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
     def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
@@ -275,7 +309,10 @@ class ModelRunner:
         """
         slots = self._slots(block_table, start, num_tokens)
         flat = self.kv_cache.flatten(2, 3)                                   # (L, 2, NB·bs, H, D)
-        return flat.index_select(2, slots).clone()
+        if self.kv_scales is None:
+            return flat.index_select(2, slots).clone()
+        scales = self.kv_scales.flatten(2, 3).index_select(2, slots)
+        return kvq.dequantize_kv(flat.index_select(2, slots), scales, self.kv_cache_dtype)   # float32
 
     @torch.inference_mode()
     def write_kv(self, block_table: Sequence[int], kv: torch.Tensor, start: int = 0) -> None:
@@ -290,7 +327,21 @@ class ModelRunner:
             raise ValueError(f"kv must have shape (num_layers, 2, n, num_heads, head_dim) = "
                              f"({expected[0]}, 2, n, {expected[2]}, {expected[3]}), got {tuple(kv.shape)}")
         slots = self._slots(block_table, start, kv.shape[2])
-        self.kv_cache.flatten(2, 3).index_copy_(2, slots, kv.to(self.device, self.dtype))
+        if self.kv_scales is None:
+            self.kv_cache.flatten(2, 3).index_copy_(2, slots, kv.to(self.device, self.dtype))
+            return
+        codes, scales = kvq.quantize_kv(kv.to(self.device), self.kv_cache_dtype)
+        self.kv_cache.flatten(2, 3).index_copy_(2, slots, codes)
+        self.kv_scales.flatten(2, 3).index_copy_(2, slots, scales)
+
+    def move_slots(self, src: Sequence[int], dst: Sequence[int]) -> None:
+        """Copy the K/V (and scales) of flat slots ``src`` to slots ``dst`` in every layer (tree
+        verification keeps the accepted path's entries this way)."""
+        src_t = torch.tensor(list(src), dtype=torch.long, device=self.device)
+        dst_t = torch.tensor(list(dst), dtype=torch.long, device=self.device)
+        for t in (self.kv_cache,) if self.kv_scales is None else (self.kv_cache, self.kv_scales):
+            flat = t.flatten(2, 3)
+            flat[:, :, dst_t] = flat[:, :, src_t]
 
     # ------------------------------------------------------------------ several tokens per sequence
     def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],

@@ -36,7 +36,7 @@ from typing_extensions import Self
 
 from ..sampling import GREEDY
 from ..validation import check_bool, check_int, check_real
-from .kv_transfer import KVPayload, LayerAssembler, LayerwiseKVConnector, recv_blocks
+from .kv_transfer import KVConnector, KVPayload, LayerAssembler, LayerwiseKVConnector, recv_blocks
 
 __all__ = ["DisaggregatedServer", "ServeRequest", "ServeResult", "latency_table", "mixed_workload", "run_colocated"]
 
@@ -174,9 +174,10 @@ def _load(model: tuple[dict, dict], engine_kwargs: dict, connector=None):
     return engine
 
 
-def _prefill_worker(model: tuple[dict, dict], engine_kwargs: dict, req_conn, kv_conn, deadline: float) -> None:
+def _prefill_worker(model: tuple[dict, dict], engine_kwargs: dict, req_conn, kv_conn, deadline: float,
+                    compress: str | None = None) -> None:
     """Run prompts only; ship each prompt's KV and first token to the decode worker."""
-    connector = LayerwiseKVConnector(kv_conn)
+    connector = LayerwiseKVConnector(kv_conn, compress)
     engine = _load(model, engine_kwargs)
     connector.attach(engine)
     req_conn.send("ready")
@@ -269,6 +270,8 @@ class DisaggregatedServer:
             importing ``transformers`` (so they start in a second or two).
         prefill_kwargs / decode_kwargs: :class:`~labsupport.engine.EngineConfig` fields of each engine.
         timeout: seconds the workers may live in all; each of them exits by then.
+        kv_transfer_compress: ``None``, ``"int8"`` or ``"fp8"``: 8-bit KV on the wire between the
+            workers (:class:`~labsupport.serving.kv_transfer.KVConnector`'s ``compress``).
 
     Use ``with DisaggregatedServer(...) as server: results = server.serve(requests)``.
 
@@ -278,7 +281,7 @@ class DisaggregatedServer:
     """
 
     def __init__(self, model, prefill_kwargs: dict | None = None,
-                 decode_kwargs: dict | None = None, timeout: float = 120.0):
+                 decode_kwargs: dict | None = None, timeout: float = 120.0, kv_transfer_compress: str | None = None):
         model = getattr(model, "model", model)
         if getattr(getattr(model, "config", None), "model_type", None) != "gpt2":
             raise ValueError(f"model must be a GPT-2-family model, got {type(model).__name__}")
@@ -287,6 +290,8 @@ class DisaggregatedServer:
         self.prefill_kwargs = dict(prefill_kwargs or {})
         self.decode_kwargs = dict(decode_kwargs or {})
         self.timeout = check_real("timeout", timeout, 1.0)
+        KVConnector(None, kv_transfer_compress)                      # checks the name here, not in a worker
+        self.kv_transfer_compress = kv_transfer_compress
         self._procs: list[mp.Process] = []
 
     def __enter__(self) -> Self:
@@ -297,7 +302,8 @@ class DisaggregatedServer:
         self._out, out_child = ctx.Pipe()
         self._procs = [
             ctx.Process(target=_prefill_worker, name="prefill-worker", daemon=True,
-                        args=(self.model, self.prefill_kwargs, req_child, kv_send, self.deadline)),
+                        args=(self.model, self.prefill_kwargs, req_child, kv_send, self.deadline,
+                              self.kv_transfer_compress)),
             ctx.Process(target=_decode_worker, name="decode-worker", daemon=True,
                         args=(self.model, self.decode_kwargs, kv_recv, out_child, self.deadline)),
         ]

@@ -17,6 +17,10 @@ prompt length::
 
 (gathered from the blocks: the padding of the last block is not sent). The wire is a
 ``multiprocessing`` pipe (a local socket pair): one pickled header, then the raw tensor bytes.
+
+``compress="int8"`` / ``"fp8"`` ships 8-bit codes with one fp16 scale per token and head — the
+code of the engine's ``kv_cache_dtype`` (:mod:`labsupport.quant.kv`) — so the wire carries
+``2·L·H·(D + 2)`` bytes per token instead of ``2·L·H·D·4``; the receiver dequantises.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..quant.kv import check_kv_cache_dtype, dequantize_kv, quantize_kv
 from ..validation import check_real
 
 __all__ = ["KVConnector", "KVPayload", "LayerAssembler", "LayerwiseKVConnector", "recv_blocks", "send_blocks"]
@@ -62,11 +67,12 @@ class KVPayload:
     send_time: float = 0.0
     recv_time: float = 0.0
     extra: dict = field(default_factory=dict)
+    wire_bytes: int | None = None
 
     @property
     def num_bytes(self) -> int:
-        """Bytes of K/V shipped: ``kv.numel() · element size``."""
-        return self.kv.numel() * self.kv.element_size()
+        """Bytes of K/V shipped: ``kv.numel() · element size``, or what a compressed send put on the wire."""
+        return self.wire_bytes if self.wire_bytes is not None else self.kv.numel() * self.kv.element_size()
 
     @property
     def transfer_time(self) -> float:
@@ -74,11 +80,23 @@ class KVPayload:
         return self.recv_time - self.send_time
 
 
-def send_blocks(conn, payload: KVPayload) -> int:
+def _raw(t: torch.Tensor) -> memoryview:
+    data = t.contiguous().view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
+    return memoryview(data.reshape(-1))
+
+
+def compress_kv(kv: torch.Tensor, compress: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(codes, scales, wire bytes)`` of a payload's K/V in 8 bits (:func:`labsupport.quant.kv.quantize_kv`)."""
+    codes, scales = quantize_kv(kv, compress)
+    return codes, scales, codes.numel() + 2 * scales.numel()
+
+
+def send_blocks(conn, payload: KVPayload, compress: str | None = None) -> int:
     """Ship a payload over a ``multiprocessing`` connection; returns the KV bytes sent.
 
     The header (ids, times, shape, dtype) is pickled; the tensor goes as raw bytes with
-    ``send_bytes`` (no pickling of the data).
+    ``send_bytes`` (no pickling of the data). ``compress`` (``"int8"`` / ``"fp8"``): codes and
+    scales go instead, two raw messages.
     """
     kv = payload.kv.detach().contiguous().cpu()
     payload.send_time = time.perf_counter()
@@ -87,10 +105,16 @@ def send_blocks(conn, payload: KVPayload) -> int:
               "arrival_time": payload.arrival_time, "first_token_time": payload.first_token_time,
               "send_time": payload.send_time, "shape": tuple(kv.shape), "dtype": str(kv.dtype).split(".")[-1],
               "extra": payload.extra}
+    if compress is None or kv.numel() == 0:
+        conn.send(header)
+        conn.send_bytes(_raw(kv))
+        return kv.numel() * kv.element_size()
+    codes, scales, wire = compress_kv(kv, compress)
+    header.update(compress=compress, codes_dtype=str(codes.dtype).split(".")[-1])
     conn.send(header)
-    data = kv.view(torch.uint8).numpy() if kv.numel() else np.zeros(0, np.uint8)
-    conn.send_bytes(memoryview(data.reshape(-1)))
-    return kv.numel() * kv.element_size()
+    conn.send_bytes(_raw(codes))
+    conn.send_bytes(_raw(scales))
+    return wire
 
 
 def recv_blocks(conn, timeout: float = 30.0) -> KVPayload | None:
@@ -108,14 +132,22 @@ def recv_blocks(conn, timeout: float = 30.0) -> KVPayload | None:
         raise EOFError("the sender has stopped")
     raw = conn.recv_bytes()
     dtype = getattr(torch, header["dtype"])
+    wire = None
     if len(raw) == 0:                                        # an empty tensor (closing payload, error)
         kv = torch.zeros(header["shape"], dtype=dtype)
+    elif "compress" in header:                               # codes, then scales: dequantise
+        codes = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, header["codes_dtype"]))
+        scales = torch.frombuffer(bytearray(conn.recv_bytes()), dtype=torch.uint8).view(torch.float16)
+        codes, scales = codes.reshape(header["shape"]), scales.reshape(header["shape"][:-1])
+        kv = dequantize_kv(codes, scales, header["compress"]).to(dtype)
+        wire = codes.numel() + 2 * scales.numel()
     else:
         kv = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(header["shape"])
     return KVPayload(request_id=header["request_id"], prompt_ids=header["prompt_ids"],
                      first_token=header["first_token"], kv=kv, max_new_tokens=header["max_new_tokens"],
                      arrival_time=header["arrival_time"], first_token_time=header["first_token_time"],
-                     send_time=header["send_time"], recv_time=time.perf_counter(), extra=header["extra"])
+                     send_time=header["send_time"], recv_time=time.perf_counter(), extra=header["extra"],
+                     wire_bytes=wire)
 
 
 class KVConnector:
@@ -126,13 +158,21 @@ class KVConnector:
     Args:
         conn: a ``multiprocessing`` connection to the decode side, or ``None`` to only collect
             the payloads in :attr:`sent` (tests, one-process demos).
+        compress: ``None`` (as the cache stores it), ``"int8"`` or ``"fp8"``: 8-bit codes and
+            scales on the wire (with ``conn=None`` the collected payload holds the dequantised K/V).
 
     Attributes:
         sent: the payloads sent so far (their tensors dropped after sending when ``conn`` is set).
         bytes_sent: total KV bytes shipped.
+
+    Raises:
+        ValueError: an unknown ``compress``.
     """
 
-    def __init__(self, conn=None):
+    def __init__(self, conn=None, compress: str | None = None):
+        if compress is not None and check_kv_cache_dtype(compress) == "auto":
+            raise ValueError("compress must be None, 'int8', 'fp8', 'fp8_e4m3' or 'fp8_e5m2', got 'auto'")
+        self.compress = compress
         self.conn = conn
         self.sent: list[KVPayload] = []
         self.bytes_sent = 0
@@ -145,9 +185,12 @@ class KVConnector:
         payload = KVPayload(seq.seq_id, list(seq.prompt_ids), seq.output_ids[0], kv,
                             self.max_new_tokens.pop(seq.seq_id, 1), metrics.arrival_time, metrics.token_times[0])
         if self.conn is not None:
-            self.bytes_sent += send_blocks(self.conn, payload)
+            self.bytes_sent += send_blocks(self.conn, payload, self.compress)
             payload.kv = payload.kv[:, :, :0]                  # keep the record, not the data
         else:
+            if self.compress is not None and kv.numel():         # the round trip the wire would make
+                codes, scales, payload.wire_bytes = compress_kv(kv, self.compress)
+                payload.kv = dequantize_kv(codes, scales, self.compress).to(kv.dtype)
             payload.send_time = payload.recv_time = time.perf_counter()
             self.bytes_sent += payload.num_bytes
         self.sent.append(payload)
@@ -163,10 +206,11 @@ class LayerwiseKVConnector(KVConnector):
 
     Args:
         conn: a ``multiprocessing`` connection to the decode side.
+        compress: as :class:`KVConnector`.
     """
 
-    def __init__(self, conn):
-        super().__init__(conn)
+    def __init__(self, conn, compress: str | None = None):
+        super().__init__(conn, compress)
         self.layerwise: set[str] = set()
         self._first_streamed: dict[str, int] = {}
         self._outbox: queue.Queue = queue.Queue()
@@ -175,6 +219,11 @@ class LayerwiseKVConnector(KVConnector):
         self.engine = None
 
     def attach(self, engine) -> None:
+        """Hook into ``engine``. Raises ValueError for an 8-bit KV cache (layers are streamed as stored;
+        use ``kv_cache_dtype="auto"`` there and ``compress`` for the wire)."""
+        if engine.runner.quantized_kv:
+            raise ValueError("LayerwiseKVConnector needs the prefill engine's kv_cache_dtype='auto' "
+                             f"(got {engine.runner.kv_cache_dtype!r}); compress the wire with compress='int8'")
         self.engine = engine
         engine.kv_connector = self
         engine.runner.layer_hook = self.save_kv_layer
@@ -185,7 +234,7 @@ class LayerwiseKVConnector(KVConnector):
 
     def _send_loop(self) -> None:
         while (payload := self._outbox.get()) is not None:
-            self.bytes_sent += send_blocks(self.conn, payload)
+            self.bytes_sent += send_blocks(self.conn, payload, self.compress)
 
     def save_kv_layer(self, layer: int, meta) -> None:
         """Queue layer ``layer``'s new K/V of every streamed sequence in this forward."""
@@ -245,6 +294,7 @@ class LayerAssembler:
 
     def __init__(self) -> None:
         self._parts: dict[str, torch.Tensor] = {}
+        self._bytes: dict[str, int] = {}                      # bytes on the wire of each request's pieces
 
     def add(self, payload: KVPayload) -> KVPayload | None:
         """Take one received payload; the complete one when it closes a request, else ``None``
@@ -256,6 +306,7 @@ class LayerAssembler:
             if buf is None:
                 buf = torch.zeros(extra["num_layers"], 2, extra["prompt_len"], *kv.shape[3:], dtype=kv.dtype)
                 self._parts[payload.request_id] = buf
+            self._bytes[payload.request_id] = self._bytes.get(payload.request_id, 0) + payload.num_bytes
             stop = extra["start"] + kv.shape[2]
             if extra["layer"] is None:
                 buf[:, :, extra["start"]:stop] = kv
@@ -264,4 +315,5 @@ class LayerAssembler:
             return None
         if extra.get("layerwise"):
             payload.kv = self._parts.pop(payload.request_id)
+            payload.wire_bytes = self._bytes.pop(payload.request_id, 0)
         return payload

@@ -63,6 +63,9 @@ class TieredKVCache:
     def __init__(self, engine, cpu_capacity: int = 64, disk_capacity: int = 256, disk_dir: str | None = None):
         if not engine.config.enable_prefix_caching:
             raise ValueError("engine must have enable_prefix_caching=True for KV tiers")
+        if engine.runner.quantized_kv:
+            raise ValueError(f"KV tiers copy blocks as the cache stores them: the engine needs kv_cache_dtype='auto', "
+                             f"got {engine.runner.kv_cache_dtype!r}")
         self.cpu_capacity = check_int("cpu_capacity", cpu_capacity, 0)
         self.disk_capacity = check_int("disk_capacity", disk_capacity, 0)
         self.engine, self.runner = engine, engine.runner

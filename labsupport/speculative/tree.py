@@ -143,9 +143,7 @@ def compact_kv(runner: ModelRunner, block_manager: BlockManager, seq_id: Hashabl
         return
     src = block_manager.slot_mapping(seq_id, [s for s, _ in moves])
     dst = block_manager.slot_mapping(seq_id, [d for _, d in moves])
-    layers, two, nb, bs, heads, dim = runner.kv_cache.shape
-    flat = runner.kv_cache.view(layers, two, nb * bs, heads, dim)
-    flat[:, :, torch.tensor(dst, device=runner.device)] = flat[:, :, torch.tensor(src, device=runner.device)]
+    runner.move_slots(src, dst)
 
 
 def dense_tree_reference(parents: Sequence[int], prefix_len: int) -> torch.Tensor:

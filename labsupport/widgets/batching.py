@@ -21,7 +21,7 @@ from ..viz.batching import (
     slot_gantt_figure,
     step_time_figure,
 )
-from .beam import show_figure
+from .common import show_figure
 from .common import FigureOutput, guarded, panel_int, panel_real
 
 

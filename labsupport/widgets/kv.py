@@ -2,7 +2,7 @@
 
 Thin wiring of sliders → :mod:`labsupport.kv` → :mod:`labsupport.viz.kv` figures. Each panel
 draws its first state when built and redraws its figures (plain plotly outputs in
-``ipywidgets.Output`` s, see :func:`labsupport.widgets.beam.show_figure`) on every change.
+``ipywidgets.Output`` s, see :func:`labsupport.widgets.common.show_figure`) on every change.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from labsupport.widgets.snapshot import Panel
 
 from .. import kv
 from ..viz.kv import kv_cells_figure, kv_counts_figure, memory_figure
-from .beam import show_figure
+from .common import show_figure
 from .common import guarded, panel_choice, panel_int
 
 

@@ -11,7 +11,7 @@ from labsupport.widgets.snapshot import Panel
 
 from ..sim.fragmentation import Workload, compare
 from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
-from .beam import show_figure
+from .common import show_figure
 from .common import FigureOutput, guarded, panel_choice, panel_int
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

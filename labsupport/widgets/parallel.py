@@ -14,7 +14,7 @@ import ipywidgets as widgets
 from ..parallel import cost_model as cm
 from ..parallel.pipeline import bubble_fraction
 from ..viz.parallel import cluster_figure, pipeline_timeline_figure
-from .beam import show_figure
+from .common import show_figure
 from .common import panel_choice
 from .snapshot import Panel
 

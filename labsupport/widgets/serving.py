@@ -17,7 +17,7 @@ from ..kv import blocks_needed
 from ..serving.cacheblend import CacheBlend
 from ..serving.tiers import TIERS, TieredKVCache, run_chat
 from ..viz.serving import blend_curve_figure, tier_figure
-from .beam import show_figure
+from .common import show_figure
 from .snapshot import Panel
 
 R_GRID = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)

@@ -19,7 +19,7 @@ from labsupport.speculative.self_spec import SelfSpecProposer
 from labsupport.speculative.tree import chain_tree
 from labsupport.viz.speculative_variants import token_tree_figure
 
-from .beam import show_figure
+from .common import show_figure
 from .snapshot import Panel
 from .speculative import _stat
 

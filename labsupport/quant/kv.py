@@ -1,0 +1,183 @@
+"""KV-cache quantisation: each cached key and value vector stored in 8 bits with its own scale.
+
+``kv_cache_dtype`` (vLLM's option) is ``"auto"`` (the model's dtype: fp32 here), ``"int8"``,
+``"fp8"`` (= ``"fp8_e4m3"``) or ``"fp8_e5m2"``. One scale per token and head (the absmax of that
+head's ``head_dim`` values, stored in fp16) — fine enough that one outlier token does not coarsen
+the rest of its block, and only ``2 / head_dim`` extra bytes per value. A block then holds the
+same tokens in about a quarter of fp32's bytes, so a memory budget holds ~4× the tokens.
+
+The paged cache keeps the codes in a ``uint8`` / ``int8`` tensor of the usual shape
+``(layers, 2, blocks, block_size, heads, head_dim)`` and the scales beside it,
+``(layers, 2, blocks, block_size, heads)``; attention gathers both and dequantises the gathered
+keys and values just before the product (as vLLM's fp8 KV path does in its attention kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..validation import check_choice, check_int, check_type
+
+KV_CACHE_DTYPES = ("auto", "int8", "fp8", "fp8_e4m3", "fp8_e5m2")
+_FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def check_kv_cache_dtype(kv_cache_dtype: str) -> str:
+    """``kv_cache_dtype`` if valid. Raises ValueError naming the choices."""
+    return check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+
+
+def storage_dtype(kv_cache_dtype: str) -> torch.dtype | None:
+    """The dtype the codes are stored in (``None`` for ``"auto"``: the model's own)."""
+    check_kv_cache_dtype(kv_cache_dtype)
+    if kv_cache_dtype == "auto":
+        return None
+    return torch.int8 if kv_cache_dtype == "int8" else torch.uint8      # fp8 bits kept as bytes
+
+
+def code_max(kv_cache_dtype: str) -> float:
+    """The largest code magnitude: 127 for int8, 448 for E4M3, 57,344 for E5M2."""
+    check_kv_cache_dtype(kv_cache_dtype)
+    if kv_cache_dtype == "int8":
+        return 127.0
+    return float(torch.finfo(_FP8[kv_cache_dtype]).max)
+
+
+def quantize_kv(x: torch.Tensor, kv_cache_dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes and scales of ``x (..., head_dim)``: ``x ≈ codes · scale``, one scale per vector.
+
+    Returns:
+        ``codes`` (``x``'s shape, int8 or uint8 holding fp8 bits) and ``scale`` (``x.shape[:-1]``,
+        float16).
+
+    Raises:
+        TypeError: ``x`` not a floating tensor. ValueError: ``"auto"`` (nothing to quantise),
+            or NaN / inf in ``x``.
+    """
+    check_type("x", x, torch.Tensor)
+    if check_kv_cache_dtype(kv_cache_dtype) == "auto":
+        raise ValueError("kv_cache_dtype 'auto' stores values as they are: there is nothing to quantise")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    if not torch.isfinite(x).all():
+        raise ValueError("x must hold finite keys / values, got NaN or inf")
+    x = x.float()
+    scale = (x.abs().amax(dim=-1, keepdim=True) / code_max(kv_cache_dtype)).half()
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    y = x / scale.float()
+    if kv_cache_dtype == "int8":
+        codes = y.round().clamp(-127, 127).to(torch.int8)
+    else:
+        limit = code_max(kv_cache_dtype)
+        codes = y.clamp(-limit, limit).to(_FP8[kv_cache_dtype]).view(torch.uint8)
+    return codes, scale.squeeze(-1)
+
+
+def dequantize_kv(codes: torch.Tensor, scale: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
+    """The float32 vectors ``codes · scale`` (``scale`` broadcast over the last dimension)."""
+    if check_kv_cache_dtype(kv_cache_dtype) == "int8":
+        values = codes.float()
+    else:
+        values = codes.view(_FP8[kv_cache_dtype]).float()
+    return values * scale.unsqueeze(-1).float()
+
+
+def bytes_per_value(kv_cache_dtype: str, head_dim: int, model_bytes: int = 4) -> float:
+    """Bytes one cached number takes, scales included: 1 + 2 / head_dim (``model_bytes`` for ``"auto"``)."""
+    if check_kv_cache_dtype(kv_cache_dtype) == "auto":
+        return float(model_bytes)
+    return 1.0 + 2.0 / head_dim
+
+
+# ----------------------------------------------------------------------------- the paged cache
+
+def write_quantized(kv_cache: torch.Tensor, scales: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    slot_mapping: torch.Tensor, kv_cache_dtype: str) -> None:
+    """Quantise new keys/values ``(N, H, D)`` into one layer's cache ``(2, NB, bs, H, D)`` and
+    their scales into ``(2, NB, bs, H)``, at flat slots ``slot_mapping (N,)``."""
+    _, num_blocks, block_size, heads, dim = kv_cache.shape
+    codes = kv_cache.view(2, num_blocks * block_size, heads, dim)
+    flat_scales = scales.view(2, num_blocks * block_size, heads)
+    for i, x in enumerate((k, v)):
+        c, s = quantize_kv(x, kv_cache_dtype)
+        codes[i].index_copy_(0, slot_mapping, c)
+        flat_scales[i].index_copy_(0, slot_mapping, s)
+
+
+def gather_dequantized(kv_cache: torch.Tensor, scales: torch.Tensor, block_tables: torch.Tensor,
+                       num_slots: int | None, kv_cache_dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's keys and values through its block table, dequantised: ``(B, H, K, D)`` each
+    float32 (the quantised twin of :func:`labsupport.engine.attention.gather_kv`)."""
+    _, _, block_size, heads, dim = kv_cache.shape
+    num_seqs, max_blocks = block_tables.shape
+    flat = block_tables.reshape(-1)
+    codes = kv_cache.index_select(1, flat).view(2, num_seqs, max_blocks * block_size, heads, dim)[:, :, :num_slots]
+    sc = scales.index_select(1, flat).view(2, num_seqs, max_blocks * block_size, heads)[:, :, :num_slots]
+    kv = dequantize_kv(codes, sc, kv_cache_dtype).transpose(2, 3)       # (2, B, H, K, D)
+    return kv[0], kv[1]
+
+
+# ----------------------------------------------------------------------------- a memory budget
+
+def kv_bytes_per_token(num_layers: int, num_heads: int, head_dim: int, kv_cache_dtype: str,
+                       model_bytes: int = 4) -> int:
+    """KV bytes of one token, all layers: ``2·L·H·D·bytes`` (8-bit: ``2·L·H·(D + 2)``, scales included).
+
+    The tiny target (L = 4, H = 4, D = 64): fp32 8,192 B, int8 / fp8 2,112 B (3.88× fewer).
+    """
+    for name, value in (("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim)):
+        check_int(name, value, 1)
+    per_head = head_dim * model_bytes if check_kv_cache_dtype(kv_cache_dtype) == "auto" else head_dim + 2
+    return 2 * num_layers * num_heads * per_head
+
+
+@dataclass
+class BudgetRun:
+    """One engine run under a fixed KV memory budget.
+
+    Attributes:
+        kv_cache_dtype: the setting. num_blocks: blocks the budget buys. capacity: their token slots.
+        mean_running / max_running: sequences per decode step (mean over steps, and the most).
+        preemptions: sequences preempted for lack of blocks. steps: engine steps to finish all.
+        token_ids: each request's output, in request order. finish_reasons: theirs (``"error"``:
+            a request longer than the whole pool, refused by the engine).
+    """
+
+    kv_cache_dtype: str
+    num_blocks: int
+    capacity: int
+    mean_running: float
+    max_running: int
+    preemptions: int
+    steps: int
+    token_ids: list[list[int]]
+    finish_reasons: list[str]
+
+
+def budget_run(lm, budget_bytes: int, kv_cache_dtype: str, prompts, max_tokens: int, *,
+               block_size: int = 16, max_num_seqs: int = 32) -> BudgetRun:
+    """Run ``prompts`` (greedy, ``max_tokens`` each) through an :class:`~labsupport.engine.LLMEngine`
+    whose KV pool is as many blocks as ``budget_bytes`` buys in ``kv_cache_dtype``.
+
+    Raises:
+        ValueError: a budget smaller than one block, or bad settings (as the engine's).
+    """
+    from ..engine import LLMEngine
+    from ..sampling import SamplingParams
+    cfg = lm.model.config
+    per_token = kv_bytes_per_token(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, kv_cache_dtype)
+    check_int("budget_bytes", budget_bytes, 1)
+    num_blocks = budget_bytes // (per_token * block_size)
+    if num_blocks < 1:
+        raise ValueError(f"budget_bytes must buy at least one block ({per_token * block_size} B in "
+                         f"{kv_cache_dtype!r}), got {budget_bytes}")
+    engine = LLMEngine(lm, block_size=block_size, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                       kv_cache_dtype=kv_cache_dtype, record_history=True, num_cpu_blocks=0)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    outputs = engine.generate(list(prompts), params)
+    running = [len(s.running) for s in engine.history if s.running]
+    return BudgetRun(kv_cache_dtype, num_blocks, num_blocks * block_size, sum(running) / max(len(running), 1),
+                     max(running, default=0), sum(len(s.preempted) for s in engine.history), len(engine.history),
+                     [list(o.token_ids) for o in outputs], [o.finish_reason for o in outputs])

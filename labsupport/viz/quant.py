@@ -1,0 +1,84 @@
+"""Figures of the quantisation chapter: error per format and scale granularity, the real model's
+activation outliers, per-matrix error of one setting, and KV capacity under a memory budget.
+
+Pure functions ``data → go.Figure``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+import torch
+
+from .style import LEGEND_TOP, style
+
+COLORS = {"tensor": "#d62728", "channel": "#ff7f0e", "group": "#1f77b4", "none": "#7f7f7f"}
+TARGET_COLORS = {"attn": "#1f77b4", "mlp": "#2ca02c", "lm_head": "#9467bd"}
+
+
+def format_error_figure(errors: Mapping[str, Mapping[str, float]]) -> go.Figure:
+    """Relative error ``‖W − Ŵ‖/‖W‖`` of one weight matrix per format (x) and granularity (bars), log scale.
+
+    Args:
+        errors: ``{granularity label: {format: error}}`` (e.g. ``"per tensor"``, ``"per group of 32"``).
+
+    Raises:
+        ValueError: no data.
+    """
+    if not errors:
+        raise ValueError("errors must hold at least one granularity, got none")
+    fig = go.Figure()
+    palette = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#7f7f7f"]
+    for i, (label, per_format) in enumerate(errors.items()):
+        fig.add_trace(go.Bar(x=list(per_format), y=[max(v, 1e-9) for v in per_format.values()], name=label,
+                             marker_color=palette[i % len(palette)],
+                             text=[f"{v:.1e}" for v in per_format.values()], textposition="outside"))
+    fig.update_yaxes(type="log", title="relative error (log)")
+    fig.update_xaxes(title="format")
+    return style(fig, "Rounding error of one real weight matrix, per format and scale granularity", 460,
+                 legend=LEGEND_TOP)
+
+
+def outlier_figure(absmax: torch.Tensor, name: str) -> go.Figure:
+    """Largest |activation| of every hidden channel of one layer's input, sorted: a few channels
+    dwarf the rest (the outliers that break per-tensor int8 activations).
+
+    Args:
+        absmax: ``(channels,)`` max |x| per channel over the calibration tokens.
+        name: the layer, for the title.
+    """
+    values = absmax.float().sort(descending=True).values.tolist()
+    median = sorted(values)[len(values) // 2]
+    fig = go.Figure(go.Bar(x=list(range(len(values))), y=values, marker_color="#1f77b4", name="max |x|"))
+    fig.add_hline(y=median, line_dash="dot", line_color="#d62728",
+                  annotation_text=f"median channel {median:.2f}", annotation_position="top right")
+    fig.update_xaxes(title="hidden channel (sorted by max |x|)")
+    fig.update_yaxes(title="max |activation|")
+    return style(fig, f"Input of {name}: top channel {values[0]:.1f} = {values[0] / median:.0f}× the median", 420)
+
+
+def matrix_error_figure(errors: Mapping[str, float], title: str) -> go.Figure:
+    """Relative error of every quantised matrix of the model (one bar each, coloured by kind)."""
+    names = list(errors)
+    kinds = ["lm_head" if n == "lm_head" else ("attn" if ".attn." in n else "mlp") for n in names]
+    fig = go.Figure()
+    for kind in TARGET_COLORS:
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        if idx:
+            fig.add_trace(go.Bar(x=[names[i] for i in idx], y=[errors[names[i]] for i in idx], name=kind,
+                                 marker_color=TARGET_COLORS[kind]))
+    fig.update_yaxes(title="‖W − Ŵ‖ / ‖W‖", rangemode="tozero")
+    fig.update_xaxes(tickangle=-40)
+    return style(fig, title, 440, bottom=130, legend=LEGEND_TOP)
+
+
+def kv_capacity_figure(dtypes: Sequence[str], tokens: Sequence[int], drift: Sequence[float]) -> go.Figure:
+    """Tokens of KV that fit one memory budget per ``kv_cache_dtype`` (bars), with the logit drift
+    against fp32 KV written on each bar."""
+    fig = go.Figure(go.Bar(x=list(dtypes), y=list(tokens), marker_color=["#7f7f7f"] + ["#1f77b4"] * (len(dtypes) - 1),
+                           text=[f"{t:,} tokens<br>drift {d:.1e}" for t, d in zip(tokens, drift)],
+                           textposition="outside"))
+    fig.update_yaxes(title="tokens that fit", range=[0, max(tokens) * 1.3])
+    fig.update_xaxes(title="kv_cache_dtype")
+    return style(fig, "One KV memory budget, four ways to store it", 420)

@@ -1,0 +1,92 @@
+"""The quantisation lab: format, scale granularity, group size, method and which matrices →
+per-matrix error, perplexity and top-1 agreement with fp32, bytes, and the predicted step time.
+
+Thin wiring: :func:`labsupport.quant.quantize_model` and :func:`~labsupport.quant.score` do the
+work, :func:`labsupport.viz.quant.matrix_error_figure` draws. Results are cached per setting, so
+going back to a setting is instant.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import torch
+
+from ..quant import FORMATS, GRANULARITIES, TARGETS, quantize_model, score, top1_agreement
+from ..validation import check_real, check_type
+from ..viz.quant import matrix_error_figure
+from .common import FigureOutput, guarded, panel_choice
+from .snapshot import Panel
+
+GROUP_SIZES = (32, 64, 128, 256)
+
+
+def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: torch.Tensor | None = None,
+              fmt: str = "int4", granularity: str = "group", group_size: int = 128,
+              targets: tuple[str, ...] = ("attn", "mlp"), width_px: int = 950) -> widgets.VBox:
+    """The panel.
+
+    Args:
+        lm: the fp32 model. eval_ids: ``(N,)`` held-out token ids for perplexity.
+        bandwidth: bytes/s of this machine's weight stream (the chapter measures it), for the
+            predicted step time ``bytes / bandwidth``.
+        calibration_ids: training-split ids for AWQ (without them the method buttons offer RTN only).
+        fmt, granularity, group_size, targets: the starting setting.
+
+    Raises:
+        TypeError / ValueError: a starting value the panel does not offer, a bandwidth ≤ 0.
+    """
+    check_type("eval_ids", eval_ids, torch.Tensor)
+    check_real("bandwidth", bandwidth, 0, low_open=True)
+    panel_choice("fmt", fmt, FORMATS)
+    panel_choice("granularity", granularity, GRANULARITIES)
+    panel_choice("group_size", group_size, GROUP_SIZES)
+    for t in targets:
+        panel_choice("targets", t, TARGETS)
+    methods = ["rtn", "awq"] if calibration_ids is not None else ["rtn"]
+    fmt_w = widgets.ToggleButtons(options=list(FORMATS), value=fmt, description="format")
+    gran_w = widgets.ToggleButtons(options=list(GRANULARITIES), value=granularity, description="scale per")
+    group_w = widgets.Dropdown(options=list(GROUP_SIZES), value=group_size, description="group size",
+                               style={"description_width": "initial"})
+    method_w = widgets.ToggleButtons(options=methods, value="rtn", description="method")
+    target_ws = {t: widgets.Checkbox(value=t in targets, description=t, indent=False,
+                                     layout=widgets.Layout(width="110px")) for t in TARGETS}
+    readout, error = widgets.HTML(), widgets.HTML()
+    chart = FigureOutput(width=width_px)
+    reference = score(lm, eval_ids)
+    fp32_bytes = quantize_model(lm, "fp32", granularity="tensor").fp32_bytes
+    cache: dict[tuple, tuple] = {}
+
+    def evaluate(key):
+        if key not in cache:
+            f, g, size, chosen, method = key
+            q = quantize_model(lm, f, granularity=g, group_size=size, targets=chosen, method=method,
+                               calibration_ids=calibration_ids)
+            s = score(q.lm, eval_ids)
+            cache[key] = (q, s.perplexity, top1_agreement(reference, s))
+        return cache[key]
+
+    @guarded(lambda msg: setattr(error, "value", msg))
+    def redraw(_change=None):
+        chosen = tuple(t for t in TARGETS if target_ws[t].value)
+        if not chosen:
+            raise ValueError("tick at least one of attn / mlp / lm_head to quantise")
+        group_w.disabled = gran_w.value != "group"
+        key = (fmt_w.value, gran_w.value, group_w.value, chosen, method_w.value)
+        q, ppl, agree = evaluate(key)
+        step_fp32, step_q = fp32_bytes / bandwidth, q.model_bytes / bandwidth
+        readout.value = (
+            f"<div style='font-size:16px'>perplexity <b>{ppl:.2f}</b> (fp32 {reference.perplexity:.2f}, "
+            f"{100 * (ppl / reference.perplexity - 1):+.1f} %) · top-1 agreement with fp32 <b>{100 * agree:.1f} %</b>"
+            f" · model <b>{q.model_bytes / 1e6:.1f} MB</b> (fp32 {fp32_bytes / 1e6:.1f} MB) · predicted step "
+            f"{1e3 * step_q:.2f} ms vs {1e3 * step_fp32:.2f} ms ({step_fp32 / step_q:.2f}× at "
+            f"{bandwidth / 1e9:.1f} GB/s, weights only)</div>")
+        label = f"per group of {group_w.value}" if gran_w.value == "group" else f"per {gran_w.value}"
+        chart.show(matrix_error_figure(q.errors, f"{fmt_w.value}, {label}, {method_w.value}: error of each matrix"))
+
+    for w in (fmt_w, gran_w, group_w, method_w, *target_ws.values()):
+        w.observe(redraw, names="value")
+    redraw()
+    box = Panel([fmt_w, widgets.HBox([gran_w, group_w]), widgets.HBox([method_w, *target_ws.values()]),
+                 readout, chart, error])
+    box.error = error
+    return box
