@@ -215,7 +215,7 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
         forwards += inp.shape[1]
         calls += 1
         last = logits[0, -1].float()                                     # (vocab,)
-        allowed = None if grammar is None else grammar.allowed_token_mask(state)
+        allowed = None if grammar is None else grammar.allowed_token_mask(state, rule.max_tokens - len(new))
         token = int(sample(last.unsqueeze(0), params, generator, [seq], prompt_lens=len(ids),
                            end_ids=rule.end_ids, allowed=allowed)[0])
         if record:
@@ -290,7 +290,8 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     while not all(finish):
         logits, cache = model_forward(lm.model, inp, cache, attention_mask=mask, position_ids=positions)
         forwards += inp.numel()
-        allowed = None if grammar is None else torch.stack([grammar.allowed_token_mask(s) for s in states])
+        allowed = None if grammar is None else torch.stack(
+            [grammar.allowed_token_mask(s, rules[b].max_tokens - len(new[b])) for b, s in enumerate(states)])
         tokens = sample(logits[:, -1].float(), params, generator, seqs, prompt_lens=[len(r) for r in rows],
                         end_ids=rules[0].end_ids, allowed=allowed)
         for b, tok in enumerate(tokens.tolist()):

@@ -463,3 +463,72 @@ def test_lab_after_eos_shows_no_stale_candidates(tiny_lm):
     plot = shown["data"]["application/vnd.plotly.v1+json"]
     assert plot["layout"]["title"]["text"].startswith("No more candidates") and not plot["data"]
     assert _only(1) == "only 1 token is" and _only(3) == "only 3 tokens are"
+
+
+# ----------------------------------------------------------------------------- valid at max_tokens
+
+THREE_KEYS = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                                "city": {"type": "string"}}, "required": ["name", "age", "city"]}
+
+
+def test_tokens_to_finish_satisfies_the_bellman_equation(tiny_lm):
+    g = compile_structured_output({"json": PERSON, "fit_max_tokens": True}, tiny_lm.tokenizer,
+                                  vocab_size=tiny_lm.model.config.vocab_size, eos_token_id=tiny_lm.eos_token_id)
+    dist = g.tokens_to_finish_all()
+    assert all((dist[s] == 0) == g.is_accepting(s) for s in range(g.num_states))
+    for s in range(g.num_states):
+        if not g.is_accepting(s):
+            row = g.index.next_rows(s)
+            assert dist[s] == 1 + min(dist[t] for t in set(row.tolist()) if t >= 0)
+    assert g.tokens_to_finish(0) >= len('{"name":"","age":0}') // 8        # a few tokens, not zero
+
+
+@pytest.mark.skipif(not SHIPPED_PRESENT, reason="shipped models not built yet")
+def test_fit_max_tokens_makes_every_sampled_output_complete():
+    """9 of 20 sampled outputs of a 3-key schema at T = 1 end inside a string at max_tokens = 40 without
+    the budget; with it every one is complete and validates, through generate, the engine and the
+    speculative engine, for every max_tokens from the shortest completion up."""
+    from labsupport.engine import LLMEngine
+    from labsupport.models import load_model
+    from labsupport.speculative import SpeculativeEngine
+    lm = load_model("tiny-gpt2", device="cpu")
+    g = compile_structured_output({"json": THREE_KEYS, "fit_max_tokens": True}, lm.tokenizer)
+    shortest = int(g.tokens_to_finish(0)) + 1                              # + EOS
+    plain = SamplingParams(temperature=1.0, max_tokens=40, structured_output={"json": THREE_KEYS})
+    fit = plain.replace(structured_output={"json": THREE_KEYS, "fit_max_tokens": True})
+    cut = [o for o in LLMEngine(lm, max_num_seqs=20).generate(["JSON: "] * 20, plain.replace(seed=1))
+           if o.finish_reason == "length"]
+    assert cut                                                             # the problem exists
+    runs = []
+    for max_tokens in (shortest, shortest + 3, 40):
+        p = fit.replace(max_tokens=max_tokens)
+        runs += [generate(lm, "JSON: ", p.replace(seed=s), record=False) for s in range(3)]
+        eng = LLMEngine(lm, max_num_seqs=8)
+        for s in range(6):
+            eng.add_request("JSON: ", p.replace(seed=10 + s))
+        runs += eng.run()
+        spec = SpeculativeEngine(lm, {"method": "ngram", "num_speculative_tokens": 3})
+        runs += spec.generate(["JSON: the name is", "JSON: "], p.replace(seed=4))
+    for res in runs:
+        assert res.finish_reason == "stop", (res.text, len(res.token_ids))
+        jsonschema.validate(json.loads(res.text), THREE_KEYS)
+
+
+def test_fit_max_tokens_changes_nothing_while_the_budget_does_not_bite(tiny_lm):
+    spec = {"regex": "[ab]{3}"}
+    params = SamplingParams(temperature=1.0, max_tokens=30, seed=2, structured_output=spec)
+    a = generate(tiny_lm, "x", params, record=False)
+    b = generate(tiny_lm, "x", params.replace(structured_output=dict(spec, fit_max_tokens=True)), record=False)
+    assert a.token_ids == b.token_ids
+    with pytest.raises(TypeError, match="fit_max_tokens"):
+        compile_structured_output(dict(spec, fit_max_tokens="yes"), tiny_lm.tokenizer)
+
+
+def test_fit_max_tokens_below_the_shortest_completion_heads_for_the_end(tiny_lm):
+    g = compile_structured_output({"json": PERSON, "fit_max_tokens": True}, tiny_lm.tokenizer,
+                                  vocab_size=tiny_lm.model.config.vocab_size, eos_token_id=tiny_lm.eos_token_id)
+    dist = g.tokens_to_finish_all()
+    mask = g.allowed_token_mask(0, 1)                          # far too few tokens: still some allowed
+    rows = g.index.next_rows(0)
+    allowed = mask.nonzero().flatten().tolist()
+    assert allowed and all(dist[rows[t]] == dist[rows].min(where=rows >= 0, initial=1e9) for t in allowed)

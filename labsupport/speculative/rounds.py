@@ -162,7 +162,7 @@ def _grammar_masks(s: SpecSequence, paths: list[list[int]], vocab: int) -> torch
         while state is None:                                # left the grammar: reuse the last valid mask
             key = key[:-1]
             state = states[key]
-        rows.append(g.allowed_token_mask(state))
+        rows.append(g.allowed_token_mask(state, s.max_tokens - len(s.output_ids) - len(key)))
     return torch.stack(rows).reshape(len(paths), vocab)
 
 

@@ -13,6 +13,14 @@ A request spec is a dict: ``{"json": schema}`` (or a bare JSON Schema dict),
 ``{"regex": pattern}``, or ``{"choice": [text, ...]}``; JSON specs may add ``"whitespace": k``
 (0..8, default 0) and ``"any_order": bool`` (default True). Compiled grammars are cached
 per (tokenizer, spec), so a thousand requests with one schema compile it once.
+
+**Valid at max_tokens** (``"fit_max_tokens": True``, any kind): an engine cuts a request at
+``max_tokens`` wherever it is, so a sampled JSON object can end inside a string. From every
+state the fewest tokens to an accepting state, :meth:`StructuredOutput.tokens_to_finish`, is
+known (a breadth-first search over the token transitions, backwards from the accepting states).
+With the option on, a step with ``tokens_left`` allows only the tokens after which a completion
+(and its EOS) still fits, so the output is complete whenever ``max_tokens`` is at least the
+shortest completion. Without it the mask is the grammar's alone.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import json
 import time
 from collections import OrderedDict
 
+import numpy as np
 import torch
 
 from ..validation import check_bool, check_int, check_type
@@ -31,6 +40,7 @@ from .token_index import TokenIndex, token_bytes
 
 SPEC_KINDS = ("json", "regex", "choice")
 JSON_OPTIONS = ("whitespace", "any_order")
+COMMON_OPTIONS = ("fit_max_tokens",)
 MAX_WHITESPACE = 8
 CACHE_SIZE = 32
 
@@ -51,17 +61,20 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
     if len(kinds) > 1:
         raise ValueError(f"structured_output must name exactly one of {list(SPEC_KINDS)}, got {kinds}")
     kind = kinds[0]
-    extra = set(spec) - {kind} - (set(JSON_OPTIONS) if kind == "json" else set())
+    allowed_keys = [kind, *(JSON_OPTIONS if kind == "json" else ()), *COMMON_OPTIONS]
+    extra = set(spec) - set(allowed_keys)
     if extra:
         raise ValueError(f"structured_output key {min(extra)!r} is not supported with {kind!r} "
-                         f"(allowed: {[kind, *JSON_OPTIONS] if kind == 'json' else [kind]})")
+                         f"(allowed: {allowed_keys})")
     payload = spec[kind]
     options: dict = {}
+    if spec.get("fit_max_tokens", False):
+        options["fit_max_tokens"] = check_bool("structured_output['fit_max_tokens']", spec["fit_max_tokens"])
     if kind == "json":
         check_type("structured_output['json']", payload, dict)
         options["whitespace"] = check_int("structured_output['whitespace']", spec.get("whitespace", 0), 0, MAX_WHITESPACE)
         options["any_order"] = check_bool("structured_output['any_order']", spec.get("any_order", True))
-        schema_to_tree(payload, **options)          # raises on unsupported keywords
+        schema_to_tree(payload, whitespace=options["whitespace"], any_order=options["any_order"])   # raises early
     elif kind == "regex":
         parse_regex(payload)
     else:
@@ -78,7 +91,7 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
 def spec_tree(kind: str, payload, options: dict):
     """The grammar tree of a normalised spec."""
     if kind == "json":
-        return schema_to_tree(payload, **options)
+        return schema_to_tree(payload, **{k: v for k, v in options.items() if k in JSON_OPTIONS})
     if kind == "regex":
         return parse_regex(payload)
     return Alt(tuple(literal(c) for c in payload))
@@ -90,8 +103,12 @@ class StructuredOutput:
     States are DFA state numbers (ints, start 0). See the module docstring for the loop.
     """
 
-    def __init__(self, dfa: DFA, index: TokenIndex, key: str, compile_seconds: float) -> None:
+    def __init__(self, dfa: DFA, index: TokenIndex, key: str, compile_seconds: float,
+                 fit_max_tokens: bool = False) -> None:
         self.dfa, self.index, self.key, self.compile_seconds = dfa, index, key, compile_seconds
+        self.fit_max_tokens = fit_max_tokens
+        self._dist: np.ndarray | None = None
+        self._budget: dict[tuple[int, int], torch.Tensor] = {}
 
     @property
     def num_states(self) -> int:
@@ -111,12 +128,64 @@ class StructuredOutput:
     def _check_state(self, state) -> int:
         return check_int("state", state, 0, self.num_states - 1)
 
-    def allowed_token_mask(self, state: int) -> torch.Tensor:
+    def allowed_token_mask(self, state: int, tokens_left: int | None = None) -> torch.Tensor:
         """``(vocab,)`` bool tensor: True for every token that keeps the output valid.
 
-        EOS is True exactly when ``state`` is accepting (the text so far is complete).
+        EOS is True exactly when ``state`` is accepting (the text so far is complete). With
+        ``fit_max_tokens`` and ``tokens_left`` (tokens the request may still make, this one
+        included) only tokens after which a completion and its EOS fit stay allowed; when none
+        does (``max_tokens`` below the shortest completion) the tokens nearest to one are.
         """
-        return self.index.mask(self._check_state(state))
+        state = self._check_state(state)
+        base = self.index.mask(state)
+        if not self.fit_max_tokens or tokens_left is None:
+            return base
+        dist = self.tokens_to_finish_all()
+        after = self.index.next_rows(state)                          # (vocab,) next state or -1
+        reach = np.where(after >= 0, dist[np.maximum(after, 0)], np.inf)
+        if float(reach.max(initial=0, where=after >= 0)) <= tokens_left - 2:   # the budget does not bite
+            return base
+        key = (state, int(tokens_left))
+        if key not in self._budget:
+            fits = reach <= tokens_left - 2
+            if not fits.any() and not self.dfa.accepting[state]:
+                fits = reach == reach.min()                          # cannot fit: head for the nearest end
+            mask = torch.from_numpy(fits).to(base.device)
+            if self.eos_token_id is not None:
+                mask[self.eos_token_id] = bool(self.dfa.accepting[state])
+            self._budget[key] = mask
+        return self._budget[key]
+
+    def tokens_to_finish_all(self) -> np.ndarray:
+        """``(num_states,)`` the fewest tokens from each state to an accepting one (EOS not counted;
+        ``inf`` where no token path reaches one)."""
+        if self._dist is None:
+            self.index.warm_up()
+            n = self.num_states
+            preds: list[list[int]] = [[] for _ in range(n)]
+            for s in range(n):
+                for t in np.unique(self.index.next_rows(s)):
+                    if t >= 0:
+                        preds[int(t)].append(s)
+            dist = np.full(n, np.inf)
+            frontier = [s for s in range(n) if self.dfa.accepting[s]]
+            dist[frontier] = 0
+            d = 0
+            while frontier:                                          # BFS backwards from the accepting states
+                d += 1
+                nxt = []
+                for t in frontier:
+                    for s in preds[t]:
+                        if dist[s] == np.inf:
+                            dist[s] = d
+                            nxt.append(s)
+                frontier = nxt
+            self._dist = dist
+        return self._dist
+
+    def tokens_to_finish(self, state: int) -> float:
+        """The fewest tokens from ``state`` to a complete output (EOS not counted)."""
+        return float(self.tokens_to_finish_all()[self._check_state(state)])
 
     def num_allowed(self, state: int) -> int:
         return int(self.allowed_token_mask(state).sum())
@@ -200,7 +269,8 @@ def compile_structured_output(spec, tokenizer, *, vocab_size: int | None = None,
     dfa = compile_tree(spec_tree(kind, payload, options))
     index = TokenIndex(dfa, _tokens_of(tokenizer, vocab), eos, device)
     index.warm_up()
-    compiled = StructuredOutput(dfa, index, key, time.perf_counter() - start)
+    compiled = StructuredOutput(dfa, index, key, time.perf_counter() - start,
+                                fit_max_tokens=options.get("fit_max_tokens", False))
     _CACHE[cache_key] = (tokenizer, compiled)
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)

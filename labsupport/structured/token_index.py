@@ -133,6 +133,12 @@ class TokenIndex:
             self._fill([state])
         return self._mask[state]
 
+    def next_rows(self, state: int) -> np.ndarray:
+        """``(vocab,)`` the DFA state after each token from ``state`` (-1 = not allowed)."""
+        if state not in self._next:
+            self._fill([state])
+        return self._next[state]
+
     def next_state(self, state: int, token_id: int) -> int:
         """The DFA state after ``token_id`` (-1 when the token is not allowed)."""
         if state not in self._next:

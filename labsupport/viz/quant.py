@@ -33,7 +33,7 @@ def format_error_figure(errors: Mapping[str, Mapping[str, float]]) -> go.Figure:
     for i, (label, per_format) in enumerate(errors.items()):
         fig.add_trace(go.Bar(x=list(per_format), y=[max(v, 1e-9) for v in per_format.values()], name=label,
                              marker_color=palette[i % len(palette)],
-                             text=[f"{v:.1e}" for v in per_format.values()], textposition="outside"))
+                             hovertemplate="%{x}: %{y:.2e}<extra>" + label + "</extra>"))
     fig.update_yaxes(type="log", title="relative error (log)")
     fig.update_xaxes(title="format")
     return style(fig, "Rounding error of one real weight matrix, per format and scale granularity", 460,
@@ -75,10 +75,11 @@ def matrix_error_figure(errors: Mapping[str, float], title: str) -> go.Figure:
 
 def kv_capacity_figure(dtypes: Sequence[str], tokens: Sequence[int], drift: Sequence[float]) -> go.Figure:
     """Tokens of KV that fit one memory budget per ``kv_cache_dtype`` (bars), with the logit drift
-    against fp32 KV written on each bar."""
+    against fp32 KV (max |Δ logit| over a window) written on each bar."""
     fig = go.Figure(go.Bar(x=list(dtypes), y=list(tokens), marker_color=["#7f7f7f"] + ["#1f77b4"] * (len(dtypes) - 1),
-                           text=[f"{t:,} tokens<br>drift {d:.1e}" for t, d in zip(tokens, drift)],
+                           text=[f"{t:,} tokens<br>max |Δ logit| {d:.2g}" for t, d in zip(tokens, drift)],
                            textposition="outside"))
     fig.update_yaxes(title="tokens that fit", range=[0, max(tokens) * 1.3])
     fig.update_xaxes(title="kv_cache_dtype")
-    return style(fig, "One KV memory budget, four ways to store it", 420)
+    words = {2: "two", 3: "three", 4: "four"}
+    return style(fig, f"One KV memory budget, {words.get(len(dtypes), len(dtypes))} ways to store it", 420)

@@ -45,8 +45,8 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
     methods = ["rtn", "awq"] if calibration_ids is not None else ["rtn"]
     fmt_w = widgets.ToggleButtons(options=list(FORMATS), value=fmt, description="format")
     gran_w = widgets.ToggleButtons(options=list(GRANULARITIES), value=granularity, description="scale per")
-    group_w = widgets.Dropdown(options=list(GROUP_SIZES), value=group_size, description="group size",
-                               style={"description_width": "initial"})
+    group_w = widgets.SelectionSlider(options=list(GROUP_SIZES), value=group_size, description="group size",
+                                      continuous_update=False, style={"description_width": "initial"})
     method_w = widgets.ToggleButtons(options=methods, value="rtn", description="method")
     target_ws = {t: widgets.Checkbox(value=t in targets, description=t, indent=False,
                                      layout=widgets.Layout(width="110px")) for t in TARGETS}
