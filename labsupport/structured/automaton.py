@@ -12,6 +12,13 @@ still reach an accepting state, so a prefix that keeps the DFA alive can always 
 Object members in any order (:class:`~.regex.Keys`) are built with one *hub* state per
 subset of keys already written — ``2^n`` hubs for ``n`` keys, against ``n!`` orders if each
 order were spelt out. That is why :data:`MAX_ANY_ORDER_KEYS` bounds ``n``.
+
+**Boolean operations** are where automata beat grammars: the product of two DFAs accepts the
+**intersection** of their languages (:func:`intersect`, JSON Schema's ``allOf``), flipping the
+accepting states of a complete DFA gives the **complement** (:func:`complement`, ``not``), and
+whether two languages share a string is a search of the product (:func:`disjoint`, what makes
+``oneOf`` exact: with disjoint branches "exactly one" equals "at least one"). A compiled DFA
+goes back into a tree as a :class:`Machine` node, so these results nest like any other piece.
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ from .regex import Alt, Chars, Keys, Repeat, Seq
 
 MAX_ANY_ORDER_KEYS = 6        # 2^6 = 64 hubs × 6 member copies; 7+ raises ValueError
 MAX_NFA_STATES = 200_000
+MAX_PRODUCT_STATES = 100_000
+
+
+@dataclass(frozen=True, eq=False)
+class Machine:
+    """A compiled :class:`DFA` used as a tree node (the result of an intersection or complement)."""
+    dfa: "DFA"
 
 
 def utf8_ranges(lo: int, hi: int) -> list[list[tuple[int, int]]]:
@@ -115,7 +129,27 @@ class NFA:
             return end
         if isinstance(node, Keys):
             return self._keys(node, start)
+        if isinstance(node, Machine):
+            return self._machine(node.dfa, start)
         raise TypeError(f"unknown grammar node {node!r}")
+
+    def _machine(self, dfa: "DFA", start: int) -> int:
+        """Copy a DFA in: one NFA state per DFA state, byte ranges of equal targets as one edge."""
+        ids = [self.new() for _ in range(dfa.num_states)]
+        end = self.new()
+        self.eps[start].append(ids[0])
+        for s, row in enumerate(dfa.transitions.tolist()):
+            b = 0
+            while b < 256:
+                t, lo = row[b], b
+                while b + 1 < 256 and row[b + 1] == t:
+                    b += 1
+                if t >= 0:
+                    self.edges[ids[s]].append((lo, b, ids[t]))
+                b += 1
+            if dfa.accepting[s]:
+                self.eps[ids[s]].append(end)
+        return end
 
     def _keys(self, node: Keys, start: int) -> int:
         """Hub states: a set of written keys (any order) or the last index written (fixed order)."""
@@ -268,6 +302,67 @@ def minimise(dfa: DFA) -> DFA:
     t = dfa.transitions[reps]
     t = np.where(t >= 0, cls[np.maximum(t, 0)], -1).astype(np.int32)
     return DFA(t, dfa.accepting[reps])
+
+
+def _product(a: DFA, b: DFA, accept) -> DFA:
+    """The reachable product of two DFAs (a dead side is state -1), accepting where ``accept(x, y)``."""
+    ids = {(0, 0): 0}
+    order = [(0, 0)]
+    rows = []
+    i = 0
+    while i < len(order):
+        x, y = order[i]
+        tx = a.transitions[x] if x >= 0 else np.full(256, -1)
+        ty = b.transitions[y] if y >= 0 else np.full(256, -1)
+        row = []
+        for p, q in zip(tx.tolist(), ty.tolist()):
+            if p < 0 and q < 0:
+                row.append(-1)
+                continue
+            if (p, q) not in ids:
+                ids[(p, q)] = len(order)
+                order.append((p, q))
+                if len(order) > MAX_PRODUCT_STATES:
+                    raise ValueError(f"grammar too large: a combination of two automata needs more than "
+                                     f"{MAX_PRODUCT_STATES} states")
+            row.append(ids[(p, q)])
+        rows.append(row)
+        i += 1
+    acc = [accept(x >= 0 and bool(a.accepting[x]), y >= 0 and bool(b.accepting[y])) for x, y in order]
+    return DFA(np.asarray(rows, dtype=np.int32).reshape(-1, 256), np.asarray(acc, dtype=bool))
+
+
+def intersect(a: DFA, b: DFA) -> DFA:
+    """The DFA of ``L(a) ∩ L(b)``, trimmed and minimal.
+
+    Raises:
+        ValueError: the intersection is empty ("matches no string at all").
+    """
+    return minimise(trim(_product(a, b, lambda p, q: p and q)))
+
+
+def difference(a: DFA, b: DFA) -> DFA:
+    """The DFA of ``L(a) \\ L(b)`` (``a`` and not ``b``: the complement of ``b`` within ``a``).
+
+    Raises:
+        ValueError: nothing of ``a`` is left.
+    """
+    return minimise(trim(_product(a, b, lambda p, q: p and not q)))
+
+
+def complement(a: DFA, within: DFA) -> DFA:
+    """``L(within) \\ L(a)``: a complement is only meaningful inside a universe (here: the JSON
+    texts of the positive part of a schema), so it is taken within one."""
+    return difference(within, a)
+
+
+def disjoint(a: DFA, b: DFA) -> bool:
+    """True when no string is in both languages (a search of the product for a common accepting state)."""
+    try:
+        intersect(a, b)
+    except ValueError:
+        return True
+    return False
 
 
 def compile_tree(node) -> DFA:

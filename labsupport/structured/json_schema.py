@@ -1,69 +1,67 @@
-"""A JSON Schema subset → grammar tree (then :func:`~.automaton.compile_tree` → DFA).
+"""JSON Schema (draft 2020-12) → grammar tree (then :func:`~.automaton.compile_tree` → DFA).
 
-Supported (everything else raises ``ValueError`` naming the keyword):
+Every keyword compiled here is **sound** — no text the automaton allows is an invalid instance —
+and what cannot be compiled exactly is refused with a ``ValueError`` naming the keyword and its
+path, never ignored:
 
-============  ==========================================================================
-``type``      ``"object"``, ``"array"``, ``"string"``, ``"integer"``, ``"number"``,
-              ``"boolean"``, ``"null"`` (one type, not a list)
-object        ``properties``, ``required`` (keys written in **any order** by default, each
-              at most once, every required key present; ``any_order=False`` keeps the
-              schema's order), ``additionalProperties: false`` (the default here)
-array         ``items`` (one schema), ``minItems``, ``maxItems``
-integer       ``minimum`` with ``maximum`` (both, |bound| < 10^15): an exact digit automaton
-string        ``minLength``, ``maxLength`` (characters; an escape counts as one),
-              ``pattern`` (the content must match the regex; the regex may not produce
-              ``"``, ``\\`` or control characters)
-any           ``enum``, ``const`` (JSON values written compactly), and the annotations
-              ``title``, ``description``, ``default``, ``examples``, ``$schema``, ``$id``,
-              ``$comment``
-============  ==========================================================================
+================  ======================================================================
+``type``          one type or a list; keywords apply only to instances of their own type
+``enum``/``const`` any JSON values, written compactly, filtered by ``type`` (a value of another
+                  type can never validate); combined with the other keywords by intersection
+object            ``properties``, ``required`` (any order by default, each key once),
+                  ``additionalProperties: false`` (the default here: no other keys are written)
+array             ``items`` (a schema, or ``false`` after ``prefixItems``), ``prefixItems``,
+                  ``minItems``, ``maxItems``
+integer           ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (either
+                  side may be open), ``multipleOf`` (a remainder automaton)
+string            ``minLength``, ``maxLength``, ``pattern`` (a *search*, as the spec says),
+                  ``format``: date, time, date-time, email, uuid, ipv4 — all at once
+``anyOf``         the union of the branches
+``allOf``         the intersection of the branches' automata (a product construction)
+``oneOf``         exact only when the branches cannot share a value: branches of pairwise
+                  disjoint types; refused otherwise (never silently ``anyOf``)
+``not``           ``not: {type: …}`` removes types from the schema's own; refused otherwise
+``$ref``          local references (``#/$defs/…``, ``#/definitions/…``, ``#``), inlined;
+                  a recursive reference is refused (it needs a stack)
+boolean schemas   ``false`` matches nothing (refused: nothing to generate); ``true`` (any JSON
+                  value) needs a stack: refused
+================  ======================================================================
 
-Nesting is unrestricted in depth because a schema without ``$ref`` is finite: each nested
-object or array is copied into the automaton (no stack needed). Recursive schemas (``$ref``)
-and ``anyOf`` / ``oneOf`` / ``allOf`` are not supported.
+Why ``not`` and ``oneOf`` are limited although an automaton complements as easily as it
+intersects: the automaton works on **texts** and JSON Schema on **values**, and one value has
+many texts (``"a"`` and ``"\\u0061"``; ``1`` and ``1.0``, an integer in JSON Schema). The text
+complement of ``{"const": "a"}`` contains ``"\\u0061"`` — the value ``"a"``. Intersection and
+union are safe (a text in both languages is valid for both); complement is not, so it is used
+only where types decide it.
 
-The strings follow the JSON grammar that XGrammar uses (Dong et al., 2024): a character is
-anything but ``"``, ``\\``, a control character (< 0x20); escapes are ``\\" \\\\ \\/ \\b \\f
-\\n \\r \\t \\uXXXX``. Integers are ``0 | -?[1-9][0-9]*``; numbers
-``-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?``. Whitespace: with ``whitespace=0`` none
-at all (compact ``{"a":1,"b":2}``); with ``whitespace=k`` up to ``k`` of ``[ \\n\\r\\t]``
-around every ``{ } [ ] , :`` — the same as XGrammar's ``max_whitespace_cnt=k``.
+Whitespace: with ``whitespace=0`` none at all (compact ``{"a":1,"b":2}``); with ``whitespace=k``
+up to ``k`` of ``[ \\n\\r\\t]`` around every ``{ } [ ] , :`` — XGrammar's ``max_whitespace_cnt=k``.
+Scalars (strings, integers, formats) are built in :mod:`.json_values`.
 """
 
 from __future__ import annotations
 
 import json
 
-from .regex import EMPTY, Alt, Chars, Keys, Repeat, Seq, chars, literal, parse_regex
+from .automaton import Machine, compile_tree, intersect
+from .json_values import BOOLEAN, NULL, STRING_CHAR, bad, integer_range, integer_tree, length_bound, number_tree, \
+    string_tree  # noqa: F401  (STRING_CHAR, integer_range: re-exported)
+from .regex import EMPTY, Alt, Keys, Repeat, Seq, chars, literal
 
-ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment"}
+ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
+               "definitions", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
 TYPE_KEYWORDS = {
     "object": {"properties", "required", "additionalProperties"},
-    "array": {"items", "minItems", "maxItems"},
-    "string": {"minLength", "maxLength", "pattern"},
-    "integer": {"minimum", "maximum"}, "number": set(), "boolean": set(), "null": set(),
+    "array": {"items", "prefixItems", "minItems", "maxItems"},
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+    "boolean": set(), "null": set(),
 }
-MAX_BOUND = 1000
-
-STRING_CHAR = Alt((Chars(((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF))),
-                   Seq((literal("\\"), Alt((chars('"\\\\/bfnrt'), Seq((literal("u"),) + (chars("0-9a-fA-F"),) * 4)))))))
-INTEGER = Alt((literal("0"), Seq((Repeat(literal("-"), 0, 1), chars("1-9"), Repeat(chars("0-9"), 0, None)))))
-NUMBER = Seq((Repeat(literal("-"), 0, 1),
-              Alt((literal("0"), Seq((chars("1-9"), Repeat(chars("0-9"), 0, None))))),
-              Repeat(Seq((literal("."), Repeat(chars("0-9"), 1, None))), 0, 1),
-              Repeat(Seq((chars("eE"), Repeat(chars("+\\-"), 0, 1), Repeat(chars("0-9"), 1, None))), 0, 1)))
-BOOLEAN = Alt((literal("true"), literal("false")))
-NULL = literal("null")
-
-
-def _bad(path: str, keyword: str, why: str) -> ValueError:
-    return ValueError(f"JSON Schema keyword {keyword!r} at {path or '/'}: {why}")
-
-
-def _bound(path: str, keyword: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BOUND:
-        raise _bad(path, keyword, f"must be an integer in [0, {MAX_BOUND}], got {value!r}")
-    return value
+TYPES = tuple(TYPE_KEYWORDS)
+VALUE_KEYWORDS = {"enum", "const"}
+COMBINATORS = ("allOf", "anyOf", "oneOf", "not")
+KNOWN = set().union(*TYPE_KEYWORDS.values()) | VALUE_KEYWORDS | set(COMBINATORS) | {"type", "$ref"}
 
 
 def _ws(whitespace: int):
@@ -73,190 +71,348 @@ def _ws(whitespace: int):
 def _value_literal(value) -> Seq:
     """A JSON value written compactly (``json.dumps`` with ``,`` and ``:`` separators)."""
     try:
-        return literal(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+        return literal(json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError) as err:
         raise ValueError(f"enum / const values must be JSON values, got {value!r}") from err
 
 
-def _check_pattern_chars(node, path: str) -> None:
-    """A ``pattern`` is written raw inside the quotes: it must not make ``"``, ``\\`` or controls."""
-    if isinstance(node, Chars):
-        for lo, hi in node.ranges:
-            if lo < 0x20 or lo <= 0x22 <= hi or lo <= 0x5C <= hi:
-                raise _bad(path, "pattern", "the regex can produce '\"', '\\' or a control character; "
-                           "restrict its classes (e.g. [^\"\\\\] instead of .)")
-    for child in getattr(node, "items", ()) + getattr(node, "options", ()):
-        _check_pattern_chars(child, path)
-    if isinstance(node, Repeat):
-        _check_pattern_chars(node.item, path)
+def json_type(value) -> set[str]:
+    """The JSON Schema types of a Python JSON value (``1.0`` is an integer *and* a number)."""
+    if value is None:
+        return {"null"}
+    if isinstance(value, bool):
+        return {"boolean"}
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return {"integer", "number"}
+    if isinstance(value, float):
+        return {"number"}
+    if isinstance(value, str):
+        return {"string"}
+    if isinstance(value, list):
+        return {"array"}
+    if isinstance(value, dict):
+        return {"object"}
+    return set()
 
 
-def schema_to_tree(schema: dict, *, whitespace: int = 0, any_order: bool = True, path: str = ""):
+def _types_of(schema: dict, path: str) -> list[str] | None:
+    """The schema's ``type`` as a list (``None`` when absent)."""
+    if "type" not in schema:
+        return None
+    kind = schema["type"]
+    kinds = kind if isinstance(kind, list) else [kind]
+    if not kinds or any(not isinstance(k, str) or k not in TYPE_KEYWORDS for k in kinds) or len(set(kinds)) != len(kinds):
+        raise bad(path, "type", f"must be one of {sorted(TYPE_KEYWORDS)} or a non-empty list of them without "
+                  f"repeats, got {kind!r}")
+    return list(kinds)
+
+
+def _branch_types(schema, path: str) -> set[str] | None:
+    """The types a branch's instances can have, when its ``type`` / ``enum`` / ``const`` says so."""
+    if isinstance(schema, dict):
+        kinds = _types_of(schema, path)
+        if "const" in schema:
+            return json_type(schema["const"])
+        if "enum" in schema and isinstance(schema["enum"], list):
+            return set().union(*(json_type(v) for v in schema["enum"])) if schema["enum"] else set()
+        if kinds is not None:
+            return set(kinds) | ({"number"} if "integer" in kinds else set()) | \
+                ({"integer"} if "number" in kinds else set())
+    return None
+
+
+class _Compiler:
+    def __init__(self, root, whitespace: int, any_order: bool) -> None:
+        self.root, self.whitespace, self.any_order = root, whitespace, any_order
+        self.ws = _ws(whitespace)
+
+    # ------------------------------------------------------------------ dispatch
+    def tree(self, schema, path: str, refs: tuple = ()):
+        if schema is True:
+            raise bad(path, "true", "accepts any JSON value, whose nesting has no bound: that needs a stack "
+                      "(a context-free grammar), not an automaton; give the value a schema")
+        if schema is False:
+            raise bad(path, "false", "accepts no value at all: there is nothing to generate")
+        if not isinstance(schema, dict):
+            raise TypeError(f"schema at {path or '/'} must be a dict or a bool, got {type(schema).__name__}")
+        unknown = sorted(set(schema) - ANNOTATIONS - KNOWN)
+        if unknown:
+            raise bad(path, unknown[0], "is not supported (it is refused rather than ignored, so no invalid "
+                      "instance can pass)")
+        if "$ref" in schema:
+            return self._ref(schema, path, refs)
+        if any(k in schema for k in COMBINATORS):
+            return self._combined(schema, path, refs)
+        kinds = _types_of(schema, path)
+        if VALUE_KEYWORDS & set(schema):
+            return self._values(schema, kinds, path, refs)
+        if kinds is None:
+            constraints = sorted(set(schema) - ANNOTATIONS)
+            raise bad(path, constraints[0] if constraints else "type",
+                      "needs a 'type' here (without one any JSON value would be allowed, which needs a stack)"
+                      if constraints else "is required (or enum / const / anyOf / $ref): a schema without it "
+                      "accepts any JSON value, which needs a stack")
+        extra = set(schema) - ANNOTATIONS - {"type"} - set().union(*(TYPE_KEYWORDS[k] for k in kinds))
+        if extra:
+            raise bad(path, min(extra), f"does not apply to type {kinds if len(kinds) > 1 else kinds[0]!r} "
+                      f"(supported: {sorted(set().union(*(TYPE_KEYWORDS[k] for k in kinds))) or 'none'})")
+        options = [self._typed(k, {kw: v for kw, v in schema.items() if kw in TYPE_KEYWORDS[k]}, path, refs)
+                   for k in kinds]
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+
+    def _typed(self, kind: str, schema: dict, path: str, refs: tuple):
+        if kind == "integer":
+            return integer_tree(schema, path)
+        if kind == "number":
+            return number_tree(schema, path)
+        if kind == "boolean":
+            return BOOLEAN
+        if kind == "null":
+            return NULL
+        if kind == "string":
+            return string_tree(schema, path)
+        if kind == "array":
+            return self._array(schema, path, refs)
+        return self._object(schema, path, refs)
+
+    # ------------------------------------------------------------------ enum / const
+    def _values(self, schema: dict, kinds, path: str, refs: tuple):
+        if "const" in schema and "enum" in schema:
+            raise bad(path, "const", "together with enum: give one of them")
+        key = "const" if "const" in schema else "enum"
+        values = [schema["const"]] if key == "const" else schema["enum"]
+        if not isinstance(values, list) or not values:
+            raise bad(path, "enum", f"must be a non-empty list, got {values!r}")
+        if kinds is not None:
+            values = [v for v in values if json_type(v) & set(kinds)]
+            if not values:
+                raise bad(path, key, f"has no value of type {kinds}: no instance can be valid")
+        tree = Alt(tuple(_value_literal(v) for v in values)) if len(values) > 1 else _value_literal(values[0])
+        rest = {k: v for k, v in schema.items() if k not in VALUE_KEYWORDS}
+        if not set(rest) - ANNOTATIONS - {"type"}:
+            return tree
+        if kinds is None:                                        # the others constrain only their own types
+            kinds = sorted(set().union(*(json_type(v) for v in values)) & set(TYPES))
+            rest["type"] = [k for k in kinds if k != "number" or "integer" not in kinds]
+        try:
+            return Machine(intersect(compile_tree(tree), compile_tree(self.tree(rest, path, refs))))
+        except ValueError as err:
+            if "matches no string" in str(err):
+                raise bad(path, key, "no listed value satisfies the schema's other keywords") from None
+            raise
+
+    # ------------------------------------------------------------------ $ref
+    def _ref(self, schema: dict, path: str, refs: tuple):
+        ref = schema["$ref"]
+        if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+            raise bad(path, "$ref", f"only local references ('#', '#/$defs/name') are supported, got {ref!r}")
+        if ref in refs:
+            raise bad(path, "$ref", f"{ref!r} refers to itself through {' → '.join(refs + (ref,))}: a recursive "
+                      "schema needs a stack (a context-free grammar), not an automaton")
+        target = self._resolve(ref, path)
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        if not set(rest) - ANNOTATIONS:
+            return self.tree(target, ref, refs + (ref,))
+        return self._combined({"allOf": [target, rest]}, path, refs + (ref,))
+
+    def _resolve(self, ref, path: str):
+        """The sub-schema a local ``$ref`` (a JSON pointer) names."""
+        if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+            raise bad(path, "$ref", f"only local references ('#', '#/$defs/name') are supported, got {ref!r}")
+        target = self.root
+        for part in ref[2:].split("/") if ref != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, dict) or part not in target:
+                raise bad(path, "$ref", f"{ref!r} points at nothing in this schema")
+            target = target[part]
+        return target
+
+    # ------------------------------------------------------------------ combinators
+    def _atoms(self, schema, path: str, depth: int = 0) -> set[str] | None:
+        """The types a schema declares (``type``, ``const``/``enum``, or its ``$ref``'s target) as atoms:
+        ``integer`` → {int}, ``number`` → {int, frac}, so that ``integer ∩ number = integer``."""
+        if not isinstance(schema, dict) or depth > 32:
+            return None
+        if "$ref" in schema and "type" not in schema and not VALUE_KEYWORDS & set(schema):
+            try:
+                return self._atoms(self._resolve(schema["$ref"], path), path, depth + 1)
+            except ValueError:
+                return None
+        if VALUE_KEYWORDS & set(schema):
+            values = [schema["const"]] if "const" in schema else schema["enum"]
+            if not isinstance(values, list):
+                return None
+            atoms = set()
+            for v in values:
+                t = json_type(v)
+                atoms |= {"int"} if "integer" in t else ({"frac"} if "number" in t else t)
+            return atoms
+        if "type" in schema:
+            atoms = set()
+            for k in _types_of(schema, path):
+                atoms |= {"int"} if k == "integer" else ({"int", "frac"} if k == "number" else {k})
+            return atoms
+        return None
+
+    def _typed_like(self, schema, kinds: set[str] | None):
+        """``schema`` with ``type`` set to ``kinds`` when it declares none: inside a conjunction the
+        other parts already restrict the instance to those types, so this changes nothing — and a
+        keyword without ``type`` then applies to the instances of its own type, as the spec says."""
+        if kinds is None or not isinstance(schema, dict) or self._atoms(schema, "") is not None:
+            return schema
+        if not set(schema) - ANNOTATIONS - {"$defs", "definitions"}:
+            return schema
+        names = [t for t in TYPES if t in kinds and t not in ("integer", "number")]
+        if "frac" in kinds:
+            names.append("number")
+        elif "int" in kinds:
+            names.append("integer")
+        return dict(schema, type=names)
+
+    def _combined(self, schema: dict, path: str, refs: tuple):
+        rest = {k: v for k, v in schema.items() if k not in COMBINATORS}
+        conjuncts = [rest] + list(schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else [])
+        declared = [d for d in (self._atoms(c, path) for c in conjuncts) if d is not None]
+        context = set.intersection(*declared) if declared else None
+        rest = self._typed_like(rest, context)
+        if "not" in schema:
+            rest = self._without(rest, schema["not"], path)
+        positive = set(rest) - ANNOTATIONS
+        machine = compile_tree(self.tree(rest, path, refs)) if positive else None
+        for kw in ("anyOf", "oneOf", "allOf"):
+            if kw not in schema:
+                continue
+            branches = schema[kw]
+            if not isinstance(branches, list) or not branches:
+                raise bad(path, kw, f"must be a non-empty list of schemas, got {branches!r}")
+            branches = [self._typed_like(b, context) for b in branches]
+            if kw == "oneOf":
+                self._check_disjoint(branches, path)
+            trees = [self.tree(b, f"{path}/{kw}/{i}", refs) for i, b in enumerate(branches)]
+            parts = [compile_tree(t) for t in trees] if kw == "allOf" else [compile_tree(Alt(tuple(trees)))]
+            for part in parts:
+                try:
+                    machine = part if machine is None else intersect(machine, part)
+                except ValueError as err:
+                    if "matches no string" in str(err):
+                        raise bad(path, kw, "no value satisfies every part of the schema together") from None
+                    raise
+        if machine is None:
+            raise bad(path, "not", "needs a 'type' beside it (the complement within all JSON values needs a stack)")
+        return Machine(machine)
+
+    def _without(self, rest: dict, negated, path: str) -> dict:
+        """``not: {type: …}``: drop those types from the schema's own ``type``."""
+        if not isinstance(negated, dict) or set(negated) - ANNOTATIONS != {"type"}:
+            raise bad(path, "not", "is supported as 'not: {\"type\": …}' only: the complement of other keywords "
+                      "would be taken on texts, and one value has several texts (\"a\" and \"\\u0061\")")
+        drop = set(_types_of(negated, f"{path}/not"))
+        if "number" in drop:
+            drop.add("integer")
+        kinds = _types_of(rest, path)
+        if kinds is None:
+            raise bad(path, "not", "needs a 'type' beside it (the complement within all JSON values needs a stack)")
+        left = [k for k in kinds if k not in drop]
+        if not left:
+            raise bad(path, "not", f"excludes every type of {kinds}: no instance can be valid")
+        if "integer" in drop and "number" in left:
+            raise bad(path, "not", "'not integer' within 'number' is refused: 1.0 is an integer in JSON Schema, "
+                      "and a number's text does not tell")
+        return dict(rest, type=left)
+
+    def _check_disjoint(self, branches: list, path: str) -> None:
+        types = [_branch_types(b, f"{path}/oneOf/{i}") for i, b in enumerate(branches)]
+        for i in range(len(types)):
+            for j in range(i):
+                if types[i] is None or types[j] is None or types[i] & types[j]:
+                    raise bad(path, "oneOf", f"branches {j} and {i} may share a value, and then exactly-one differs "
+                              "from at-least-one; only branches of disjoint types are compiled (use anyOf if "
+                              "overlap is fine)")
+
+    # ------------------------------------------------------------------ arrays and objects
+    def _array(self, schema: dict, path: str, refs: tuple):
+        ws = self.ws
+        prefix = schema.get("prefixItems", [])
+        if not isinstance(prefix, list):
+            raise bad(path, "prefixItems", f"must be a list of schemas, got {prefix!r}")
+        firsts = [self.tree(s, f"{path}/prefixItems/{i}", refs) for i, s in enumerate(prefix)]
+        items = schema.get("items")
+        if items is None and not prefix:
+            raise bad(path, "items", "is required for arrays here (a schema for every item; without it any "
+                      "JSON value would be allowed, which needs a stack)")
+        if items is None:
+            raise bad(path, "items", "is required after prefixItems here (false: no more items, or a schema)")
+        item = None if items is False else self.tree(items, f"{path}/items", refs)
+        low = length_bound(path, "minItems", schema.get("minItems", 0))
+        high = schema.get("maxItems")
+        if high is not None:
+            high = length_bound(path, "maxItems", high)
+            if high < low:
+                raise bad(path, "maxItems", f"must be >= minItems ({low}), got {high}")
+        options = []
+        most = len(firsts) if item is None else (None if high is None else high)
+        for n in range(low, len(firsts) + 1):                # arrays no longer than the prefix
+            if high is not None and n > high:
+                break
+            if n == len(firsts) and item is not None and (high is None or high > n):
+                continue                                      # covered by the open case below
+            body = [firsts[0]] + [Seq((ws, literal(","), ws, f)) for f in firsts[1:n]] if n else []
+            options.append(Seq((literal("["), ws, *body, ws, literal("]"))) if n else Seq((literal("["), ws, literal("]"))))
+        if item is not None and (most is None or most >= len(firsts)):
+            extra_low = max(low - len(firsts), 0)
+            extra_high = None if high is None else high - len(firsts)
+            if extra_high is None or extra_high >= max(extra_low, 0):
+                if firsts:
+                    body = [firsts[0]] + [Seq((ws, literal(","), ws, f)) for f in firsts[1:]]
+                    more = Repeat(Seq((ws, literal(","), ws, item)), extra_low, extra_high)
+                    options.append(Seq((literal("["), ws, *body, more, ws, literal("]"))))
+                else:
+                    rest = Repeat(Seq((ws, literal(","), ws, item)), max(extra_low - 1, 0),
+                                  None if extra_high is None else max(extra_high - 1, 0))
+                    if extra_high is None or extra_high >= 1:
+                        options.append(Seq((literal("["), ws, item, rest, ws, literal("]"))))
+                    if extra_low == 0:
+                        options.append(Seq((literal("["), ws, literal("]"))))
+        if not options:
+            raise bad(path, "minItems", "no array length satisfies the bounds with these items")
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+
+    def _object(self, schema: dict, path: str, refs: tuple):
+        ws = self.ws
+        props = schema.get("properties", {})
+        if not isinstance(props, dict):
+            raise bad(path, "properties", f"must be a dict of name -> schema, got {props!r}")
+        required = schema.get("required", [])
+        if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
+            raise bad(path, "required", f"must be a list of property names, got {required!r}")
+        missing = [r for r in required if r not in props]
+        if missing:
+            raise bad(path, "required", f"names {missing[0]!r}, which is not in properties (additional "
+                      "properties are not written here)")
+        if len(set(required)) != len(required):
+            raise bad(path, "required", f"lists a name twice: {required!r}")
+        if schema.get("additionalProperties", False) is not False:
+            raise bad(path, "additionalProperties", "only false is supported (no keys beyond properties)")
+        members = []
+        for name, sub in props.items():
+            value = self.tree(sub, f"{path}/properties/{name}", refs)
+            members.append((name, Seq((_value_literal(name), ws, literal(":"), ws, value)), name in required))
+        return Keys(members=tuple(members), any_order=self.any_order, open=literal("{"), first=ws,
+                    sep=Seq((ws, literal(","), ws)), close=Seq((ws, literal("}"))))
+
+
+def schema_to_tree(schema, *, whitespace: int = 0, any_order: bool = True, path: str = "", root=None):
     """Translate ``schema`` into a grammar tree.
 
     Args:
-        schema: a JSON Schema dict within the supported subset (module docstring).
+        schema: a JSON Schema (dict) within the keywords of the module docstring.
         whitespace: most whitespace characters allowed at each structural position (0 = none).
         any_order: object keys in any order (each once) rather than the schema's order.
         path: JSON pointer of ``schema`` inside the root (for error messages).
+        root: the document ``$ref`` resolves against (default ``schema`` itself).
 
     Raises:
-        TypeError: ``schema`` is not a dict.
+        TypeError: ``schema`` is not a dict (or a bool).
         ValueError: an unsupported keyword or type, a bad value, naming the keyword and path.
     """
-    if not isinstance(schema, dict):
-        raise TypeError(f"schema at {path or '/'} must be a dict, got {type(schema).__name__}")
-    keys = set(schema) - ANNOTATIONS
-    ws = _ws(whitespace)
-    if "enum" in keys or "const" in keys:
-        extra = keys - {"enum", "const", "type"}
-        if extra:
-            raise _bad(path, min(extra), "is not supported together with enum / const")
-        if "const" in keys:
-            return _value_literal(schema["const"])
-        values = schema["enum"]
-        if not isinstance(values, list) or not values:
-            raise _bad(path, "enum", f"must be a non-empty list, got {values!r}")
-        return Alt(tuple(_value_literal(v) for v in values))
-    if "type" not in keys:
-        unknown = sorted(keys)
-        raise _bad(path, unknown[0] if unknown else "type",
-                   "is not supported" if unknown else "is required (or enum / const)")
-    kind = schema["type"]
-    if not isinstance(kind, str) or kind not in TYPE_KEYWORDS:
-        raise _bad(path, "type", f"must be one of {sorted(TYPE_KEYWORDS)} (a single string), got {kind!r}")
-    extra = keys - {"type"} - TYPE_KEYWORDS[kind]
-    if extra:
-        raise _bad(path, min(extra), f"is not supported for type {kind!r} "
-                   f"(supported: {sorted(TYPE_KEYWORDS[kind]) or 'none'})")
-    if kind == "integer":
-        return _integer(schema, path)
-    if kind == "number":
-        return NUMBER
-    if kind == "boolean":
-        return BOOLEAN
-    if kind == "null":
-        return NULL
-    if kind == "string":
-        return _string(schema, path)
-    if kind == "array":
-        return _array(schema, whitespace, any_order, path, ws)
-    return _object(schema, whitespace, any_order, path, ws)
-
-
-MAX_INT_BOUND = 10 ** 15
-
-
-def _digits(a: int, b: int, n: int):
-    """Exactly ``n`` digits (leading zeros allowed) spelling a number in ``[a, b]``."""
-    if n == 0:
-        return EMPTY
-    p = 10 ** (n - 1)
-    da, db = a // p, b // p
-    if da == db:
-        return Seq((literal(str(da)), _digits(a % p, b % p, n - 1)))
-    options = [Seq((literal(str(da)), _digits(a % p, p - 1, n - 1)))]
-    if db - da > 1:
-        options.append(Seq((chars(f"{da + 1}-{db - 1}"), Repeat(chars("0-9"), n - 1, n - 1))))
-    options.append(Seq((literal(str(db)), _digits(0, b % p, n - 1))))
-    return Alt(tuple(options))
-
-
-def _non_negative(lo: int, hi: int):
-    """Canonical decimal numerals (no leading zeros) of the integers in ``[lo, hi]``, lo >= 0."""
-    options = []
-    for n in range(1, len(str(hi)) + 1):
-        a, b = max(lo, 10 ** (n - 1) if n > 1 else 0), min(hi, 10 ** n - 1)
-        if a <= b:
-            options.append(_digits(a, b, n))
-    return options[0] if len(options) == 1 else Alt(tuple(options))
-
-
-def integer_range(lo: int, hi: int):
-    """The integers ``lo..hi`` as a tree, e.g. ``[0, 255]`` → ``[0-9] | [1-9][0-9] | 1[0-9][0-9] | 2[0-4][0-9] | 25[0-5]``."""
-    options = []
-    if lo < 0:
-        options.append(Seq((literal("-"), _non_negative(max(1, -hi), -lo))))
-    if hi >= 0:
-        options.append(_non_negative(max(0, lo), hi))
-    return options[0] if len(options) == 1 else Alt(tuple(options))
-
-
-def _integer(schema: dict, path: str):
-    if "minimum" not in schema and "maximum" not in schema:
-        return INTEGER
-    for kw in ("minimum", "maximum"):
-        if kw not in schema:
-            raise _bad(path, kw, "is needed too: integer bounds are supported as a minimum/maximum pair")
-        v = schema[kw]
-        if isinstance(v, bool) or not isinstance(v, int) or not -MAX_INT_BOUND < v < MAX_INT_BOUND:
-            raise _bad(path, kw, f"must be an integer with |value| < 10^15, got {v!r}")
-    lo, hi = schema["minimum"], schema["maximum"]
-    if hi < lo:
-        raise _bad(path, "maximum", f"must be >= minimum ({lo}), got {hi}")
-    return integer_range(lo, hi)
-
-
-def _string(schema: dict, path: str):
-    quote = literal('"')
-    if "pattern" in schema:
-        if "minLength" in schema or "maxLength" in schema:
-            raise _bad(path, "pattern", "cannot be combined with minLength / maxLength here")
-        if not isinstance(schema["pattern"], str):
-            raise _bad(path, "pattern", f"must be a string, got {schema['pattern']!r}")
-        try:
-            body = parse_regex(schema["pattern"])
-        except ValueError as err:
-            raise _bad(path, "pattern", str(err)) from None
-        _check_pattern_chars(body, path)
-        return Seq((quote, body, quote))
-    low = _bound(path, "minLength", schema.get("minLength", 0))
-    high = schema.get("maxLength")
-    if high is not None:
-        high = _bound(path, "maxLength", high)
-        if high < low:
-            raise _bad(path, "maxLength", f"must be >= minLength ({low}), got {high}")
-    return Seq((quote, Repeat(STRING_CHAR, low, high), quote))
-
-
-def _array(schema: dict, whitespace: int, any_order: bool, path: str, ws):
-    if "items" not in schema:
-        raise _bad(path, "items", "is required for arrays here (one schema for every item)")
-    item = schema_to_tree(schema["items"], whitespace=whitespace, any_order=any_order, path=f"{path}/items")
-    low = _bound(path, "minItems", schema.get("minItems", 0))
-    high = schema.get("maxItems")
-    if high is not None:
-        high = _bound(path, "maxItems", high)
-        if high < low:
-            raise _bad(path, "maxItems", f"must be >= minItems ({low}), got {high}")
-    more = Seq((ws, literal(","), ws, item))
-    rest = Repeat(more, max(low - 1, 0), None if high is None else max(high - 1, 0))
-    full = Seq((literal("["), ws, item, rest, ws, literal("]")))
-    if low > 0:
-        return full
-    if high == 0:
-        return Seq((literal("["), ws, literal("]")))
-    return Alt((full, Seq((literal("["), ws, literal("]")))))
-
-
-def _object(schema: dict, whitespace: int, any_order: bool, path: str, ws):
-    props = schema.get("properties", {})
-    if not isinstance(props, dict):
-        raise _bad(path, "properties", f"must be a dict of name -> schema, got {props!r}")
-    required = schema.get("required", [])
-    if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
-        raise _bad(path, "required", f"must be a list of property names, got {required!r}")
-    missing = [r for r in required if r not in props]
-    if missing:
-        raise _bad(path, "required", f"names {missing[0]!r}, which is not in properties")
-    if len(set(required)) != len(required):
-        raise _bad(path, "required", f"lists a name twice: {required!r}")
-    if schema.get("additionalProperties", False) is not False:
-        raise _bad(path, "additionalProperties", "only false is supported (no keys beyond properties)")
-    members = []
-    for name, sub in props.items():
-        value = schema_to_tree(sub, whitespace=whitespace, any_order=any_order, path=f"{path}/properties/{name}")
-        key = _value_literal(name)
-        members.append((name, Seq((key, ws, literal(":"), ws, value)), name in required))
-    return Keys(members=tuple(members), any_order=any_order, open=literal("{"), first=ws,
-                sep=Seq((ws, literal(","), ws)), close=Seq((ws, literal("}"))))
+    return _Compiler(schema if root is None else root, whitespace, any_order).tree(schema, path)

@@ -8,9 +8,13 @@ from a JSON Schema, so both share one compiler — the approach of Outlines (Wil
 
 Supported regex syntax (the whole string must match; ``^`` / ``$`` at the ends are accepted
 and ignored): literals, ``.`` (any character but newline), escapes ``\\d \\w \\s \\D \\W \\S``
-``\\n \\t \\r \\f \\v \\uXXXX \\xHH`` and escaped metacharacters, classes ``[a-z0-9_]`` and
-``[^...]``, groups ``( )`` and ``(?: )``, alternation ``|``, quantifiers ``* + ? {m} {m,}
-{m,n}``. ``\\d \\w \\s`` are ASCII classes (as with ``re.ASCII`` and in XGrammar).
+``\\n \\t \\r \\f \\v \\a \\xHH \\uXXXX \\UXXXXXXXX`` and escaped punctuation, classes ``[a-z0-9_]``
+and ``[^...]`` (a ``]`` right after ``[`` or ``[^`` is a literal, so ``[^]`` is unterminated, as
+in Python's ``re``), groups ``( )`` and ``(?: )``, alternation ``|``, quantifiers ``* + ? {m}
+{m,} {m,n}``. An unknown letter escape (``\\q``, ``\\e``) is an error, as in Python's ``re``.
+``\\d \\w \\s`` are ASCII classes (as with ``re.ASCII``); XGrammar's ``\\s`` also takes Unicode
+spaces. A top-level ``{"regex": …}`` spec must match the **whole** output; a JSON Schema
+``pattern`` is a **search** (it may match anywhere in the string unless anchored).
 Back-references, look-around, lazy quantifiers and anchors inside the pattern are
 not regular (or not needed) and raise ``ValueError`` naming the construct.
 """
@@ -121,7 +125,7 @@ WORD = normalise([(ord("a"), ord("z")), (ord("A"), ord("Z")), DIGIT[0], (ord("_"
 SPACE = normalise([(9, 13), (32, 32)])
 CLASS_ESCAPES = {"d": DIGIT, "w": WORD, "s": SPACE,
                  "D": complement(DIGIT), "W": complement(WORD), "S": complement(SPACE)}
-CHAR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
+CHAR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0", "a": "\a"}
 
 
 def _escape(pattern: str, i: int) -> tuple[tuple[tuple[int, int], ...], int]:
@@ -134,16 +138,20 @@ def _escape(pattern: str, i: int) -> tuple[tuple[tuple[int, int], ...], int]:
     if c in CHAR_ESCAPES:
         cp = ord(CHAR_ESCAPES[c])
         return ((cp, cp),), i + 1
-    if c in "ux":
-        width = 4 if c == "u" else 2
+    if c in "uxU":
+        width = {"u": 4, "x": 2, "U": 8}[c]
         digits = pattern[i + 1:i + 1 + width]
         if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
             raise ValueError(f"regex {pattern!r}: \\{c} needs {width} hex digits at position {i}")
         cp = int(digits, 16)
+        if cp > MAX_CODE_POINT:
+            raise ValueError(f"regex {pattern!r}: \\{c}{digits} is beyond the last code point U+10FFFF")
         return ((cp, cp),), i + 1 + width
-    if c.isdigit() or c in "bBAzZkpP":
-        raise ValueError(f"regex {pattern!r}: escape \\{c} (back-reference, word boundary, anchor or "
-                         "Unicode property) is not supported")
+    if c.isdigit() or c in "bBAzZkpPN":
+        raise ValueError(f"regex {pattern!r}: escape \\{c} (back-reference, word boundary, anchor, named "
+                         "character or Unicode property) is not supported")
+    if c.isascii() and c.isalpha():                  # Python's re: an unknown letter escape is an error
+        raise ValueError(f"regex {pattern!r}: bad escape \\{c} at position {i - 1} (as in Python's re)")
     return ((ord(c), ord(c)),), i + 1
 
 
@@ -164,12 +172,14 @@ def _parse_class_body(pattern: str, i: int, negate_ok: bool = True) -> tuple[Cha
     negate = bracketed and i < len(pattern) and pattern[i] == "^"
     i += negate
     ranges: list[tuple[int, int]] = []
+    first = i
     while True:
         if i >= len(pattern):
             if bracketed:
-                raise ValueError(f"regex {pattern!r}: unterminated character class")
+                raise ValueError(f"regex {pattern!r}: unterminated character class (a ']' right after '[' or "
+                                 "'[^' is a literal, as in Python's re)")
             break
-        if bracketed and pattern[i] == "]":
+        if bracketed and pattern[i] == "]" and i > first:
             i += 1
             break
         got, i = _class_atom(pattern, i)

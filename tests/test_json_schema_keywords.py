@@ -1,0 +1,160 @@
+"""JSON Schema keywords, one case each, in the spirit of the official JSON Schema test suite:
+every listed valid instance (written compactly) is accepted, every listed invalid one is not,
+and every text the automaton can produce (random walks) is a valid instance (checked by
+``jsonschema`` and, for formats, by Python's own parsers)."""
+
+import datetime
+import ipaddress
+import json
+import random
+import re
+import uuid
+
+import jsonschema
+import pytest
+
+from labsupport.structured import compile_tree, schema_to_tree
+from labsupport.structured.automaton import complement, disjoint, intersect
+
+DEFS = {"$defs": {"small": {"type": "integer", "minimum": 0, "maximum": 9}}}
+
+CASES = [
+    # (schema, valid instances, invalid instances)
+    ({"type": ["string", "null"], "maxLength": 2}, ["ab", None, ""], ["abc", 1, False]),
+    ({"type": "string", "enum": ["a", 1, None]}, ["a"], [1, None, "b"]),
+    ({"enum": ["a", 1, [1, 2], {"k": True}]}, ["a", 1, [1, 2], {"k": True}], ["b", 2, [2, 1]]),
+    ({"const": {"a": [1, None]}}, [{"a": [1, None]}], [{"a": [1]}, None]),
+    ({"enum": ["ab", "abcdef", 3], "maxLength": 3}, ["ab", 3], ["abcdef"]),
+    ({"type": "integer", "minimum": -3}, [-3, 0, 7, 12345678901], [-4, -100, 1.5]),
+    ({"type": "integer", "maximum": 20}, [20, -5, 0, -1000000], [21, 100]),
+    ({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}, [1, 9], [0, 10, -1]),
+    ({"type": "integer", "exclusiveMinimum": 2.5, "maximum": 4.7}, [3, 4], [2, 5]),
+    ({"type": "integer", "multipleOf": 7, "minimum": -30, "maximum": 100}, [0, 7, -28, 98], [1, 6, 105, -35]),
+    ({"type": "integer", "multipleOf": 3}, [0, 3, 999, -12], [1, 1000]),
+    ({"type": "string", "pattern": "ab+"}, ["ab", "xxabbby", "ab!"], ["a", "ba", ""]),
+    ({"type": "string", "pattern": "^ab+$"}, ["ab", "abbb"], ["xab", "abx"]),
+    ({"type": "string", "pattern": "[0-9]", "minLength": 2, "maxLength": 3}, ["a1", "123"], ["1", "ab", "1234"]),
+    ({"type": "string", "format": "date"}, ["2024-02-29", "2023-12-31", "2000-02-29"],
+     ["2023-02-29", "1900-02-29", "2024-13-01", "2024-04-31", "24-01-01"]),
+    ({"type": "string", "format": "time"}, ["23:59:59Z", "00:00:00.5+05:30"], ["24:00:00Z", "12:00:00", "1:00:00Z"]),
+    ({"type": "string", "format": "date-time"}, ["2024-05-17T08:30:00Z"], ["2024-05-17 08:30:00Z"]),
+    ({"type": "string", "format": "email"}, ["ann@example.org", "a.b+c@x-y.co"], ["ann", "@x.org", "a@b"]),
+    ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
+    ({"type": "string", "format": "ipv4"}, ["0.0.0.0", "255.255.255.255", "10.1.2.3"], ["256.1.1.1", "01.2.3.4", "1.2.3"]),
+    ({"anyOf": [{"type": "integer", "maximum": 0}, {"type": "string", "maxLength": 1}]}, [-5, 0, "x"], [1, "xy"]),
+    ({"allOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 5}, {"multipleOf": 2}]},
+     [0, 2, 4], [6, 3, -2]),
+    ({"allOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}], "maxLength": 3},
+     ["ab", "bxa"], ["aa", "abcd"]),
+    ({"oneOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "minimum": 0, "maximum": 3}]},
+     ["", "x", 0, 3], ["xy", 4, None]),
+    ({"type": ["string", "integer", "null"], "not": {"type": "null"}}, ["a", 3], [None]),
+    (dict(DEFS, type="array", items={"$ref": "#/$defs/small"}, maxItems=2), [[], [0, 9]], [[10], [1, 2, 3]]),
+    (dict(DEFS, **{"$ref": "#/$defs/small", "minimum": 5}), [5, 9], [4, 10]),
+    ({"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}], "items": False},
+     [[], [True], [False, None]], [[True, None, 1], [None]]),
+    ({"type": "array", "prefixItems": [{"type": "boolean"}], "items": {"type": "integer"}, "minItems": 2,
+      "maxItems": 3}, [[True, 1], [False, 1, 2]], [[True], [True, 1, 2, 3], [1, 1]]),
+    ({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 1}, "minItems": 1},
+     [[0], [1, 0, 1]], [[], [2]]),
+    ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                                       "b": {"type": ["boolean", "null"]}}, "required": ["a"],
+      "additionalProperties": False},
+     [{"a": 1}, {"a": 2, "b": None}, {"b": True, "a": 0}], [{"b": True}, {"a": 1, "c": 2}, {"a": 10}]),
+    ({"type": "number"}, [0, -1.5, 2e10, 3], ["1"]),
+]
+
+
+def compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def _time(s: str) -> None:        # RFC 3339 full-time: an offset is required
+    _require(re.fullmatch(r".*(Z|[+-]\d\d:\d\d)", s) is not None and len(s.split(":")[0]) == 2, s)
+    datetime.time.fromisoformat(s.replace("Z", "+00:00"))
+
+
+FORMAT_CHECKS = {                  # independent checks: Python's parsers plus RFC 3339's / RFC 4122's shape
+    "date": lambda s: _require(len(s) == 10, s) or datetime.date.fromisoformat(s),
+    "time": _time,
+    "date-time": lambda s: _require("T" in s, s) or (datetime.date.fromisoformat(s.split("T")[0]), _time(s.split("T")[1])),
+    "email": lambda s: _require(s.count("@") == 1 and "." in s.split("@")[1] and s.split("@")[0] != "", s),
+    "uuid": lambda s: _require(len(s) == 36 and s.count("-") == 4, s) or uuid.UUID(s),
+    "ipv4": lambda s: ipaddress.IPv4Address(s),
+}
+
+
+def validate(value, schema):
+    jsonschema.validate(value, schema)
+    fmt = schema.get("format")
+    if fmt:
+        FORMAT_CHECKS[fmt](value)
+
+
+def walks(dfa, n: int, rng: random.Random, max_len: int = 40):
+    """Random texts of the language: walk live bytes (stopping at an accepting state with prob. 1/3);
+    after ``max_len`` bytes, head for the nearest accepting state."""
+    import numpy as np
+    dist = np.where(dfa.accepting, 0, 10 ** 9)
+    for _ in range(dfa.num_states):                     # Bellman-Ford on bytes: fewest bytes to accept
+        t = dfa.transitions
+        nxt = np.where(t >= 0, dist[np.maximum(t, 0)], 10 ** 9).min(axis=1) + 1
+        new = np.minimum(dist, nxt)
+        if (new == dist).all():
+            break
+        dist = new
+    out = []
+    for _ in range(n):
+        state, data = 0, bytearray()
+        while True:
+            if dfa.accepting[state] and (rng.random() < 0.33 or not (dfa.transitions[state] >= 0).any()):
+                break
+            live = [b for b in range(256) if dfa.transitions[state, b] >= 0]
+            if len(data) >= max_len:
+                live = [b for b in live if dist[dfa.transitions[state, b]] < dist[state]]
+            b = rng.choice(live)
+            data.append(b)
+            state = int(dfa.transitions[state, b])
+        out.append(data.decode())
+    return out
+
+
+@pytest.mark.parametrize("schema, valid, invalid", CASES, ids=[json.dumps(c[0])[:50] for c in CASES])
+def test_keyword_is_exact_on_its_cases_and_sound_on_random_walks(schema, valid, invalid):
+    dfa = compile_tree(schema_to_tree(schema))
+    for v in valid:
+        validate(v, schema)                                 # the case list itself is right
+        assert dfa.matches(compact(v)), f"valid {compact(v)} refused"
+    for v in invalid:
+        with pytest.raises((jsonschema.ValidationError, ValueError)):
+            validate(v, schema)
+        assert not dfa.matches(compact(v)), f"invalid {compact(v)} accepted"
+    texts = walks(dfa, 150, random.Random(0))
+    assert len(texts) >= 50
+    for t in texts:
+        validate(json.loads(t), schema)
+
+
+def test_boolean_operations_on_automata():
+    digits = compile_tree(schema_to_tree({"type": "integer", "minimum": 0, "maximum": 99}))
+    evens = compile_tree(schema_to_tree({"type": "integer", "multipleOf": 2}))
+    both = intersect(digits, evens)
+    assert both.matches("42") and not both.matches("43") and not both.matches("100")
+    odd = complement(evens, within=digits)
+    assert odd.matches("43") and not odd.matches("42")
+    assert disjoint(both, odd) and not disjoint(digits, evens)
+
+
+def test_unknown_regex_escapes_and_empty_classes_are_refused():
+    from labsupport.structured import parse_regex
+    for bad in (r"\q", r"\e", r"\G", "[^]", "[]", r"\N{DASH}"):
+        with pytest.raises(ValueError, match="regex"):
+            parse_regex(bad)
+    assert compile_tree(parse_regex(r"\U0001F600")).matches("😀")
+    assert compile_tree(parse_regex("[]a]")).matches("]")
+    assert compile_tree(parse_regex(r"\a")).matches("\a")
