@@ -46,7 +46,7 @@ def test_int8_per_channel_by_hand():
     x = torch.tensor([[1.0, -2.0, 0.5, 4.0], [0.0, 0.0, 0.0, 0.0]])
     q = quantize(x, "int8", "channel")
     scale = torch.tensor(4.0 / 127).half().float()
-    assert q.scale[0, 0] == scale and q.scale[1, 0] == 1.0            # an all-zero row keeps scale 1
+    assert q.scale[0, 0] == scale and q.scale[1, 0] == 2.0 ** -14      # an all-zero row: the smallest fp16 scale
     assert q.codes[0].tolist() == [round(1 / float(scale)), round(-2 / float(scale)), round(0.5 / float(scale)), 127]
     assert torch.equal(q.dequantize()[1], torch.zeros(4))
 
@@ -95,7 +95,7 @@ def test_bytes_as_stored():
     ((torch.ones(4, 8), "int8", "group", 3), ValueError, "group_size must divide the row width 8, got 3"),
     ((torch.ones(4, 8), "int8", "group", 0), ValueError, "group_size"),
     ((torch.tensor([[1.0, float("nan")]]), "int8"), ValueError, "finite"),
-    ((torch.ones(2, 2, dtype=torch.long), "int8"), TypeError, "floating-point"),
+    ((torch.ones(2, 2, dtype=torch.long), "int8"), TypeError, "float16/bfloat16/float32/float64"),
     (([1.0, 2.0], "int8"), TypeError, "x must be"),
     ((torch.ones(0, 4), "int8"), ValueError, "non-empty"),
 ])
@@ -358,3 +358,89 @@ def test_quant_figures():
     assert list(kv_capacity_figure(["auto", "int8"], [10, 40], [0.0, 0.01]).data[0].y) == [10, 40]
     with pytest.raises(ValueError):
         format_error_figure({})
+
+
+# ----------------------------------------------------------------------------- found by breaking it
+
+def test_extreme_values_are_refused_or_kept_finite(tiny_lm):
+    with pytest.raises(ValueError, match="within"):
+        quantize_kv(torch.tensor([[1e7, 1.0]]), "int8")
+    with pytest.raises(ValueError, match="within"):
+        fake_quantize(torch.tensor([[1e7, 1.0]]), "int8")
+    with pytest.raises(ValueError, match="fp16"):
+        fake_quantize(torch.tensor([[1e5, 1.0]]), "fp16")
+    with pytest.raises(ValueError, match="finite"):
+        quantize(torch.tensor([[1e300, 1.0]], dtype=torch.float64), "int8")
+    tiny = torch.full((2, 8), 1e-7)
+    for d in ("int8", "fp8", "fp8_e5m2"):
+        back = dequantize_kv(*quantize_kv(tiny, d), d)
+        assert torch.isfinite(back).all() and (back - tiny).abs().max() < 3.1e-5
+    eng = LLMEngine(tiny_lm, block_size=4, num_blocks=16, kv_cache_dtype="int8")
+    ids = list(range(5, 12))
+    cfg = tiny_lm.model.config
+    with pytest.raises(ValueError, match="kv must hold values within"):
+        eng.add_prefilled_request(ids, 3, torch.full((cfg.n_layer, 2, len(ids), cfg.n_head, cfg.n_embd // cfg.n_head), 1e7),
+                                  SamplingParams(max_tokens=3))
+    assert eng.block_manager.num_free_blocks == 16 and not eng.has_unfinished_requests()
+
+
+def test_int8_matmuls_are_batch_invariant_and_speculation_stays_exact(tiny_lm):
+    from labsupport.speculative import SpeculativeEngine
+    prompts = [list(range(3, 20)), list(range(40, 45)), list(range(100, 130)), [7, 8, 9]]
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    alone = [LLMEngine(tiny_lm, quantization="int8").generate([p], greedy)[0].token_ids for p in prompts]
+    batch = [o.token_ids for o in LLMEngine(tiny_lm, quantization="int8").generate(prompts, greedy)]
+    spec = SpeculativeEngine(tiny_lm, {"method": "ngram", "num_speculative_tokens": 3}, quantization="int8")
+    assert alone == batch == [o.token_ids for o in spec.generate(prompts, greedy)]
+
+
+def test_8_bit_kv_and_int8_on_other_model_dtypes(tiny_lm):
+    import copy
+    half = copy.deepcopy(tiny_lm)
+    half.model = half.model.to(torch.bfloat16)
+    out = LLMEngine(half, block_size=4, num_blocks=16, kv_cache_dtype="int8").generate(
+        [list(range(5, 15))], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert len(out[0].token_ids) == 4
+    with pytest.raises(ValueError, match="float32 model"):
+        LLMEngine(half, quantization="int8")
+
+
+def test_transfer_and_server_settings_are_checked(tiny_lm):
+    from labsupport.serving.disagg import DisaggregatedServer
+    with pytest.raises(TypeError, match="compress"):
+        KVConnector(None, True)
+    with pytest.raises(ValueError, match="compress"):
+        KVConnector(None, "auto")
+    with pytest.raises(ValueError, match="kv_transfer_compress"):
+        DisaggregatedServer(tiny_lm, kv_transfer_compress="int4")
+    with pytest.raises(ValueError, match="kv_transfer_compress='int8'"):
+        DisaggregatedServer(tiny_lm, prefill_kwargs={"kv_cache_dtype": "int8"})
+
+
+@pytest.mark.parametrize("call, kind", [
+    (lambda lm: quantize_model(lm.model), TypeError),
+    (lambda lm: quantize_model(lm, targets="attn"), TypeError),
+    (lambda lm: quantize_model(lm, granularity="channel", group_size="x"), TypeError),
+    (lambda lm: quantize_model(lm, calibration_ids=torch.arange(20)), ValueError),
+    (lambda lm: quantize_model(lm, "int4", method="awq", calibration_ids=torch.ones(20, dtype=torch.bool)), ValueError),
+    (lambda lm: score(lm.model, torch.arange(10)), TypeError),
+    (lambda lm: layer_inputs(lm, torch.arange(10), ["nope"]), ValueError),
+    (lambda lm: top1_agreement(1, 2), TypeError),
+    (lambda lm: greedy_agreement([1], [1]), TypeError),
+    (lambda lm: budget_run(lm, 10 ** 6, "int8", "hello", 4), TypeError),
+    (lambda lm: at_scale(models="Llama 3 8B"), TypeError),
+    (lambda lm: at_scale(acc="H100"), TypeError),
+    (lambda lm: plant_outlier(torch.randn(8), 2), ValueError),
+    (lambda lm: outlier_errors(torch.zeros(16, 8), torch.ones(4, 8)), ValueError),
+    (lambda lm: outlier_errors(torch.ones(16, 8), torch.ones(4, 8), threshold=-1), ValueError),
+    (lambda lm: quantize_kv(torch.zeros(4, 0), "int8"), ValueError),
+    (lambda lm: dequantize_kv(torch.zeros(2, 4, dtype=torch.int8), torch.ones(2), "auto"), ValueError),
+    (lambda lm: dequantize_kv(torch.zeros(2, 4, dtype=torch.int8), torch.ones(3), "int8"), ValueError),
+    (lambda lm: kv_bytes_per_token(4, 4, 64, "auto", model_bytes=0), ValueError),
+    (lambda lm: Int8Linear(torch.zeros(4, 0)), ValueError),
+    (lambda lm: Int8Linear(torch.ones(4, 8), torch.full((4,), float("nan"))), ValueError),
+    (lambda lm: Int8Linear(torch.ones(4, 8))(torch.ones(2, 5)), ValueError),
+])
+def test_bad_arguments_get_named_errors(tiny_lm, call, kind):
+    with pytest.raises(kind):
+        call(tiny_lm)

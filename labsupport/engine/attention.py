@@ -257,7 +257,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
         from ..quant.kv import gather_dequantized, write_quantized
         write_quantized(kv_cache, kv_scales, k, v, meta.slot_mapping, kv_cache_dtype)
         keys, values = gather_dequantized(kv_cache, kv_scales, meta.block_tables, meta.max_context_len,
-                                          kv_cache_dtype)
+                                          kv_cache_dtype, q.dtype)
     num_seqs, max_q = meta.num_seqs, meta.max_query_len
     if meta.query_index is None:                                       # every sequence has Q rows already
         queries = q.view(num_seqs, max_q, heads, dim)

@@ -194,6 +194,12 @@ class LLMEngine:
             raise TypeError(f"kv must hold floating-point keys and values, got dtype {kv.dtype}")
         if not bool(torch.isfinite(kv).all()):
             raise ValueError("kv must be finite, got NaN or inf values")
+        if r.quantized_kv:                                          # checked before anything is allocated
+            from ..quant.kv import max_value
+            top = max_value(r.kv_cache_dtype)
+            if kv.numel() and float(kv.abs().max()) > top:
+                raise ValueError(f"kv must hold values within ±{top:.3g} for kv_cache_dtype="
+                                 f"{r.kv_cache_dtype!r}, got {float(kv.abs().max()):.3g}")
         if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
             raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
         rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)

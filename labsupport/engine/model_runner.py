@@ -91,6 +91,11 @@ class ModelRunner:
         num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.kv_cache_dtype = kvq.check_kv_cache_dtype(kv_cache_dtype)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
+        if quantization == "int8" and (next(model.parameters()).dtype != torch.float32 or
+                                       (device is not None and torch.device(device).type != "cpu") or
+                                       next(model.parameters()).device.type != "cpu"):
+            raise ValueError("quantization='int8' runs PyTorch's int8 CPU kernels: it needs a float32 model on "
+                             f"the CPU, got {next(model.parameters()).dtype} on {next(model.parameters()).device}")
         self.model = model
         self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
         self.device = torch.device(device) if device is not None else next(model.parameters()).device

@@ -130,11 +130,17 @@ def _check_matrix(x) -> torch.Tensor:
     check_type("x", x, torch.Tensor)
     if x.dim() not in (1, 2) or x.numel() == 0:
         raise ValueError(f"x must be a non-empty 1-D or 2-D tensor, got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
-    if not torch.isfinite(x).all():
-        raise ValueError("x must hold finite values, got NaN or inf")
-    return x.detach().float().reshape(1, -1) if x.dim() == 1 else x.detach().float()
+    if not x.is_floating_point() or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"x must be a float16/bfloat16/float32/float64 tensor, got {x.dtype}")
+    y = x.detach().float()
+    if not torch.isfinite(y).all():
+        raise ValueError("x must hold finite float32 values, got NaN or inf (or a float64 beyond float32's range)")
+    return y.reshape(1, -1) if y.dim() == 1 else y
+
+
+SCALE_MIN, SCALE_MAX = 2.0 ** -14, 65504.0
+"""The range of a stored fp16 scale: groups whose absmax is below ``SCALE_MIN · q_max / 2`` round to
+zero (an absolute error under that), and values beyond ``SCALE_MAX · q_max`` cannot be stored."""
 
 
 def quantize(x: torch.Tensor, fmt: str = "int8", granularity: str = "channel", group_size: int = 128) -> QuantizedTensor:
@@ -167,13 +173,18 @@ def quantize(x: torch.Tensor, fmt: str = "int8", granularity: str = "channel", g
     else:
         group_size = cols
     if not info.scaled:
+        if float(x.abs().max()) > info.max_code:
+            raise ValueError(f"x must hold values within ±{info.max_code:.6g} to be stored in {fmt}, "
+                             f"got {float(x.abs().max()):.3g}")
         return QuantizedTensor(x.to(_TORCH_FLOAT[fmt]), None, fmt, granularity, group_size)
     groups = x.view(rows, cols // group_size, group_size)
     absmax = groups.abs().amax(dim=-1)                                   # (rows, groups)
     if granularity == "tensor":
         absmax = absmax.amax().expand(rows, 1).clone()
-    scale = (absmax / info.max_code).half().float()                      # stored as fp16
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))        # an all-zero group: any scale works
+    if float(absmax.max()) > SCALE_MAX * info.max_code:
+        raise ValueError(f"x must hold values within ±{SCALE_MAX * info.max_code:.3g} for {fmt} with fp16 scales, "
+                         f"got {float(absmax.max()):.3g}")
+    scale = (absmax / info.max_code).clamp(SCALE_MIN, SCALE_MAX).half().float()   # stored as fp16
     scaled = groups / scale.unsqueeze(-1)
     if info.kind == "int":
         codes = scaled.round().clamp(-info.max_code, info.max_code).to(torch.int8)

@@ -22,11 +22,35 @@ from ..validation import check_choice, check_int, check_type
 
 KV_CACHE_DTYPES = ("auto", "int8", "fp8", "fp8_e4m3", "fp8_e5m2")
 _FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+SCALE_MIN = 2.0 ** -14
+"""The smallest scale kept (fp16's smallest normal number): a vector whose values are all below
+``SCALE_MIN / 2`` is stored as zeros — an absolute error under 3.1e-5, the format's floor."""
+SCALE_MAX = 65504.0
+"""fp16's largest number: a vector may hold values up to ``SCALE_MAX · code_max`` (8.3e6 in int8)."""
+
+
+def max_value(kv_cache_dtype: str) -> float:
+    """The largest |value| an 8-bit cache stores (its fp16 scale times its largest code)."""
+    return SCALE_MAX * code_max(kv_cache_dtype)
 
 
 def check_kv_cache_dtype(kv_cache_dtype: str) -> str:
     """``kv_cache_dtype`` if valid. Raises ValueError naming the choices."""
     return check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+
+
+def check_compress(name: str, compress) -> str | None:
+    """A KV transfer's ``compress``: ``None`` or an 8-bit ``kv_cache_dtype``.
+
+    Raises:
+        TypeError: not ``None`` or a string. ValueError: another string (the message lists the choices).
+    """
+    if compress is None:
+        return None
+    if not isinstance(compress, str):
+        raise TypeError(f"{name} must be None or one of {list(KV_CACHE_DTYPES[1:])}, got {compress!r} "
+                        f"({type(compress).__name__})")
+    return check_choice(name, compress, KV_CACHE_DTYPES[1:])
 
 
 def storage_dtype(kv_cache_dtype: str) -> torch.dtype | None:
@@ -59,13 +83,18 @@ def quantize_kv(x: torch.Tensor, kv_cache_dtype: str) -> tuple[torch.Tensor, tor
     check_type("x", x, torch.Tensor)
     if check_kv_cache_dtype(kv_cache_dtype) == "auto":
         raise ValueError("kv_cache_dtype 'auto' stores values as they are: there is nothing to quantise")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    if not x.is_floating_point() or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"x must be a float16/bfloat16/float32/float64 tensor, got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise ValueError(f"x must have a non-empty last dimension (head_dim), got shape {tuple(x.shape)}")
+    x = x.float()
     if not torch.isfinite(x).all():
         raise ValueError("x must hold finite keys / values, got NaN or inf")
-    x = x.float()
-    scale = (x.abs().amax(dim=-1, keepdim=True) / code_max(kv_cache_dtype)).half()
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    absmax = x.abs().amax(dim=-1, keepdim=True)
+    if x.numel() and float(absmax.max()) > max_value(kv_cache_dtype):
+        raise ValueError(f"x must hold values within ±{max_value(kv_cache_dtype):.3g} for kv_cache_dtype="
+                         f"{kv_cache_dtype!r} (fp16 scales), got {float(absmax.max()):.3g}")
+    scale = (absmax / code_max(kv_cache_dtype)).clamp(SCALE_MIN, SCALE_MAX).half()
     y = x / scale.float()
     if kv_cache_dtype == "int8":
         codes = y.round().clamp(-127, 127).to(torch.int8)
@@ -76,8 +105,18 @@ def quantize_kv(x: torch.Tensor, kv_cache_dtype: str) -> tuple[torch.Tensor, tor
 
 
 def dequantize_kv(codes: torch.Tensor, scale: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
-    """The float32 vectors ``codes · scale`` (``scale`` broadcast over the last dimension)."""
-    if check_kv_cache_dtype(kv_cache_dtype) == "int8":
+    """The float32 vectors ``codes · scale`` (``scale`` broadcast over the last dimension).
+
+    Raises:
+        TypeError: not tensors. ValueError: ``"auto"``, or ``scale`` not ``codes.shape[:-1]``.
+    """
+    check_type("codes", codes, torch.Tensor)
+    check_type("scale", scale, torch.Tensor)
+    if check_kv_cache_dtype(kv_cache_dtype) == "auto":
+        raise ValueError("kv_cache_dtype 'auto' has no codes to dequantise")
+    if tuple(scale.shape) != tuple(codes.shape[:-1]):
+        raise ValueError(f"scale must have shape codes.shape[:-1] = {tuple(codes.shape[:-1])}, got {tuple(scale.shape)}")
+    if kv_cache_dtype == "int8":
         values = codes.float()
     else:
         values = codes.view(_FP8[kv_cache_dtype]).float()
@@ -86,6 +125,8 @@ def dequantize_kv(codes: torch.Tensor, scale: torch.Tensor, kv_cache_dtype: str)
 
 def bytes_per_value(kv_cache_dtype: str, head_dim: int, model_bytes: int = 4) -> float:
     """Bytes one cached number takes, scales included: 1 + 2 / head_dim (``model_bytes`` for ``"auto"``)."""
+    check_int("head_dim", head_dim, 1)
+    check_int("model_bytes", model_bytes, 1)
     if check_kv_cache_dtype(kv_cache_dtype) == "auto":
         return float(model_bytes)
     return 1.0 + 2.0 / head_dim
@@ -107,15 +148,16 @@ def write_quantized(kv_cache: torch.Tensor, scales: torch.Tensor, k: torch.Tenso
 
 
 def gather_dequantized(kv_cache: torch.Tensor, scales: torch.Tensor, block_tables: torch.Tensor,
-                       num_slots: int | None, kv_cache_dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sequence's keys and values through its block table, dequantised: ``(B, H, K, D)`` each
-    float32 (the quantised twin of :func:`labsupport.engine.attention.gather_kv`)."""
+                       num_slots: int | None, kv_cache_dtype: str,
+                       dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's keys and values through its block table, dequantised: ``(B, H, K, D)`` each in
+    ``dtype`` (the queries' dtype; the quantised twin of :func:`labsupport.engine.attention.gather_kv`)."""
     _, _, block_size, heads, dim = kv_cache.shape
     num_seqs, max_blocks = block_tables.shape
     flat = block_tables.reshape(-1)
     codes = kv_cache.index_select(1, flat).view(2, num_seqs, max_blocks * block_size, heads, dim)[:, :, :num_slots]
     sc = scales.index_select(1, flat).view(2, num_seqs, max_blocks * block_size, heads)[:, :, :num_slots]
-    kv = dequantize_kv(codes, sc, kv_cache_dtype).transpose(2, 3)       # (2, B, H, K, D)
+    kv = dequantize_kv(codes, sc, kv_cache_dtype).to(dtype).transpose(2, 3)   # (2, B, H, K, D)
     return kv[0], kv[1]
 
 
@@ -127,7 +169,8 @@ def kv_bytes_per_token(num_layers: int, num_heads: int, head_dim: int, kv_cache_
 
     The tiny target (L = 4, H = 4, D = 64): fp32 8,192 B, int8 / fp8 2,112 B (3.88× fewer).
     """
-    for name, value in (("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim)):
+    for name, value in (("num_layers", num_layers), ("num_heads", num_heads), ("head_dim", head_dim),
+                        ("model_bytes", model_bytes)):
         check_int(name, value, 1)
     per_head = head_dim * model_bytes if check_kv_cache_dtype(kv_cache_dtype) == "auto" else head_dim + 2
     return 2 * num_layers * num_heads * per_head
@@ -166,6 +209,8 @@ def budget_run(lm, budget_bytes: int, kv_cache_dtype: str, prompts, max_tokens: 
     """
     from ..engine import LLMEngine
     from ..sampling import SamplingParams
+    if isinstance(prompts, str) or not hasattr(prompts, "__len__"):
+        raise TypeError(f"prompts must be a list of prompts (strings or token-id lists), got {type(prompts).__name__}")
     cfg = lm.model.config
     per_token = kv_bytes_per_token(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, kv_cache_dtype)
     check_int("budget_bytes", budget_bytes, 1)

@@ -46,6 +46,8 @@ class OutlierErrors:
 def plant_outlier(x: torch.Tensor, channel: int = 0, factor: float = 60.0) -> torch.Tensor:
     """A copy of activations ``x (tokens, channels)`` whose ``channel`` is scaled by ``factor``."""
     check_type("x", x, torch.Tensor)
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D (tokens, channels), got shape {tuple(x.shape)}")
     check_int("channel", channel, 0, x.shape[-1] - 1)
     check_real("factor", factor, 0, low_open=True)
     y = x.clone().float()
@@ -69,8 +71,11 @@ def outlier_errors(x: torch.Tensor, w_oi: torch.Tensor, threshold: float = 6.0, 
     if x.dim() != 2 or w_oi.dim() != 2 or x.shape[1] != w_oi.shape[1]:
         raise ValueError(f"x (tokens, in) and w_oi (out, in) must share 'in', got {tuple(x.shape)} and {tuple(w_oi.shape)}")
     check_real("alpha", alpha, 0, 1)
+    check_real("threshold", threshold, 0, low_open=True)
     x, w = x.float(), w_oi.float()
     exact = x @ w.t()
+    if not torch.isfinite(exact).all() or float(exact.norm()) == 0:
+        raise ValueError("x and w_oi must be finite and give a non-zero product x Wᵀ (the errors are relative to it)")
     rel = lambda y: float((y - exact).norm() / exact.norm())                       # noqa: E731
     wq = fake_quantize(w, "int8", "channel")
     per_tensor = rel(fake_quantize(x, "int8", "tensor") @ wq.t())

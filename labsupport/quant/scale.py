@@ -50,6 +50,11 @@ def at_scale(models: Sequence[str] = ("Llama 3 8B", "Llama 3 70B"),
         ValueError: an unknown model, format, or ``batch`` / ``context`` < 1.
     """
     check_choice("kv_format", kv_format, KV_FORMATS)
+    for name, value in (("models", models), ("weight_formats", weight_formats)):
+        if isinstance(value, str) or not hasattr(value, "__iter__"):
+            raise TypeError(f"{name} must be a sequence of names, got {value!r}")
+    if not isinstance(acc, Accelerator):
+        raise TypeError(f"acc must be a labsupport.kv.Accelerator (e.g. kv.H100_SXM), got {acc!r}")
     check_int("batch", batch, 1)
     check_int("context", context, 1)
     rows = []

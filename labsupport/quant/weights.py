@@ -33,6 +33,20 @@ METHODS = ("rtn", "awq")
 AWQ_GRID = tuple(i / 10 for i in range(11))
 
 
+def _check_lm(lm, name: str = "lm"):
+    """A :class:`~labsupport.models.LoadedModel` (a model with its tokenizer and device)."""
+    if not all(hasattr(lm, a) for a in ("model", "tokenizer", "device")):
+        raise TypeError(f"{name} must be a LoadedModel (load_model(...)), or a QuantizedModel's .lm, "
+                        f"got {type(lm).__name__}")
+    return lm
+
+
+def _check_targets(targets) -> tuple[str, ...]:
+    if isinstance(targets, str) or not hasattr(targets, "__iter__"):
+        raise TypeError(f"targets must be a sequence of names from {list(TARGETS)}, got {targets!r}")
+    return tuple(targets)
+
+
 def linear_layers(model, targets: Sequence[str] = TARGETS) -> dict[str, torch.nn.Module]:
     """The weight matrices of a GPT-2 by name (``h.0.attn.c_attn`` …, ``lm_head``), in forward order.
 
@@ -46,7 +60,7 @@ def linear_layers(model, targets: Sequence[str] = TARGETS) -> dict[str, torch.nn
     model = getattr(model, "model", model)
     if getattr(getattr(model, "config", None), "model_type", None) != "gpt2":
         raise ValueError("model must be a GPT-2-family model (config.model_type 'gpt2')")
-    targets = tuple(targets)
+    targets = _check_targets(targets)
     if not targets:
         raise ValueError(f"targets must name at least one of {list(TARGETS)}, got ()")
     for t in targets:
@@ -76,7 +90,7 @@ def _check_ids(name: str, ids, lm) -> torch.Tensor:
     """``ids`` as a 1-D long tensor of at least 2 ids inside the model's vocabulary."""
     check_type(name, ids, torch.Tensor)
     vocab = lm.vocab_size if hasattr(lm, "max_positions") else lm.model.config.vocab_size
-    if ids.dim() != 1 or len(ids) < 2 or ids.is_floating_point():
+    if ids.dim() != 1 or len(ids) < 2 or ids.is_floating_point() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be a 1-D tensor of at least 2 integer token ids, got shape "
                          f"{tuple(ids.shape)} ({ids.dtype})")
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
@@ -87,10 +101,14 @@ def _check_ids(name: str, ids, lm) -> torch.Tensor:
 @torch.inference_mode()
 def layer_inputs(lm, ids: torch.Tensor, names: Sequence[str], window: int = 256) -> dict[str, torch.Tensor]:
     """The inputs ``(tokens, in)`` each named matrix sees on ``ids`` (a forward hook per layer)."""
+    _check_lm(lm)
     ids = _check_ids("ids", ids, lm)
     model = lm.model
     window = min(check_int("window", window, 1), model.config.n_positions)
     layers = linear_layers(model)
+    unknown = [n for n in names if n not in layers]
+    if unknown:
+        raise ValueError(f"names must be matrices of the model ({', '.join(list(layers)[:3])}, …), got {unknown[0]!r}")
     seen: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     hooks = [layers[n].register_forward_pre_hook(lambda m, args, n=n: seen[n].append(args[0].reshape(-1, args[0].shape[-1])))
              for n in names]
@@ -170,10 +188,14 @@ def quantize_model(lm, fmt: str = "int8", *, granularity: str = "group", group_s
     Raises:
         TypeError / ValueError: bad settings (named), AWQ without calibration ids.
     """
+    _check_lm(lm)
     check_choice("method", method, METHODS)
     number_format(fmt)
     check_choice("granularity", granularity, GRANULARITIES)
-    targets = tuple(targets)
+    check_int("group_size", group_size, 1)
+    targets = _check_targets(targets)
+    if method == "rtn" and calibration_ids is not None:
+        raise ValueError("calibration_ids are only used by method='awq', got them with method='rtn'")
     layers = linear_layers(lm.model, targets)
     if method == "awq":
         calibration_ids = _check_ids("calibration_ids", calibration_ids, lm)
@@ -240,8 +262,10 @@ def score(lm, ids: torch.Tensor, window: int | None = None) -> Score:
             ``[2, n_positions]``.
     """
     from ..engine.model_runner import ModelRunner
-    ids = _check_ids("ids", ids, lm)
     runner = lm if isinstance(lm, ModelRunner) else None
+    if runner is None:
+        _check_lm(lm)
+    ids = _check_ids("ids", ids, lm)
     limit = runner.max_positions if runner else lm.model.config.n_positions
     window = min(256, limit) if window is None else check_int("window", window, 2, limit)
     if runner is not None and runner.num_blocks * runner.block_size < window:
@@ -270,6 +294,8 @@ def top1_agreement(a: Score, b: Score) -> float:
     Raises:
         ValueError: the scores are of streams of different lengths.
     """
+    check_type("a", a, Score)
+    check_type("b", b, Score)
     if a.tokens != b.tokens:
         raise ValueError(f"both scores must be of the same stream, got {a.tokens} and {b.tokens} predictions")
     return float((a.argmax == b.argmax).float().mean())
@@ -282,6 +308,8 @@ def greedy_agreement(reference: Sequence[Sequence[int]], outputs: Sequence[Seque
     Raises:
         ValueError: different numbers of outputs, or an empty reference.
     """
+    if not all(isinstance(seq, (list, tuple)) for seq in list(reference) + list(outputs)):
+        raise TypeError("reference and outputs must be lists of token-id lists")
     if len(reference) != len(outputs) or not reference:
         raise ValueError(f"outputs must pair with the reference outputs, got {len(outputs)} and {len(reference)}")
     fractions = []

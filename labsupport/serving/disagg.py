@@ -36,7 +36,8 @@ from typing_extensions import Self
 
 from ..sampling import GREEDY
 from ..validation import check_bool, check_int, check_real
-from .kv_transfer import KVConnector, KVPayload, LayerAssembler, LayerwiseKVConnector, recv_blocks
+from ..quant.kv import check_compress
+from .kv_transfer import KVPayload, LayerAssembler, LayerwiseKVConnector, recv_blocks
 
 __all__ = ["DisaggregatedServer", "ServeRequest", "ServeResult", "latency_table", "mixed_workload", "run_colocated"]
 
@@ -290,8 +291,11 @@ class DisaggregatedServer:
         self.prefill_kwargs = dict(prefill_kwargs or {})
         self.decode_kwargs = dict(decode_kwargs or {})
         self.timeout = check_real("timeout", timeout, 1.0)
-        KVConnector(None, kv_transfer_compress)                      # checks the name here, not in a worker
-        self.kv_transfer_compress = kv_transfer_compress
+        self.kv_transfer_compress = check_compress("kv_transfer_compress", kv_transfer_compress)
+        if self.prefill_kwargs.get("kv_cache_dtype", "auto") != "auto":      # here, not in a worker that would hang
+            raise ValueError("prefill_kwargs['kv_cache_dtype'] must be 'auto': the prefill worker streams its cache "
+                             f"layer by layer as stored (got {self.prefill_kwargs['kv_cache_dtype']!r}); ship 8-bit KV "
+                             "with kv_transfer_compress='int8' instead")
         self._procs: list[mp.Process] = []
 
     def __enter__(self) -> Self:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..quant.kv import check_kv_cache_dtype, dequantize_kv, quantize_kv
+from ..quant.kv import check_compress, dequantize_kv, quantize_kv
 from ..validation import check_real
 
 __all__ = ["KVConnector", "KVPayload", "LayerAssembler", "LayerwiseKVConnector", "recv_blocks", "send_blocks"]
@@ -98,6 +98,7 @@ def send_blocks(conn, payload: KVPayload, compress: str | None = None) -> int:
     ``send_bytes`` (no pickling of the data). ``compress`` (``"int8"`` / ``"fp8"``): codes and
     scales go instead, two raw messages.
     """
+    compress = check_compress("compress", compress)
     kv = payload.kv.detach().contiguous().cpu()
     payload.send_time = time.perf_counter()
     header = {"request_id": payload.request_id, "prompt_ids": list(payload.prompt_ids),
@@ -170,9 +171,7 @@ class KVConnector:
     """
 
     def __init__(self, conn=None, compress: str | None = None):
-        if compress is not None and check_kv_cache_dtype(compress) == "auto":
-            raise ValueError("compress must be None, 'int8', 'fp8', 'fp8_e4m3' or 'fp8_e5m2', got 'auto'")
-        self.compress = compress
+        self.compress = check_compress("compress", compress)
         self.conn = conn
         self.sent: list[KVPayload] = []
         self.bytes_sent = 0

@@ -26,8 +26,8 @@ def format_error_figure(errors: Mapping[str, Mapping[str, float]]) -> go.Figure:
     Raises:
         ValueError: no data.
     """
-    if not errors:
-        raise ValueError("errors must hold at least one granularity, got none")
+    if not isinstance(errors, Mapping) or not errors or not all(isinstance(v, Mapping) for v in errors.values()):
+        raise ValueError("errors must be a non-empty {granularity: {format: error}} mapping")
     fig = go.Figure()
     palette = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#7f7f7f"]
     for i, (label, per_format) in enumerate(errors.items()):
@@ -48,18 +48,23 @@ def outlier_figure(absmax: torch.Tensor, name: str) -> go.Figure:
         absmax: ``(channels,)`` max |x| per channel over the calibration tokens.
         name: the layer, for the title.
     """
+    if not isinstance(absmax, torch.Tensor) or absmax.dim() != 1 or absmax.numel() == 0:
+        raise ValueError(f"absmax must be a non-empty 1-D tensor, got {getattr(absmax, 'shape', absmax)!r}")
     values = absmax.float().sort(descending=True).values.tolist()
     median = sorted(values)[len(values) // 2]
+    ratio = f"{values[0] / median:.0f}×" if median > 0 else "∞×"
     fig = go.Figure(go.Bar(x=list(range(len(values))), y=values, marker_color="#1f77b4", name="max |x|"))
     fig.add_hline(y=median, line_dash="dot", line_color="#d62728",
                   annotation_text=f"median channel {median:.2f}", annotation_position="top right")
     fig.update_xaxes(title="hidden channel (sorted by max |x|)")
     fig.update_yaxes(title="max |activation|")
-    return style(fig, f"Input of {name}: top channel {values[0]:.1f} = {values[0] / median:.0f}× the median", 420)
+    return style(fig, f"Input of {name}: top channel {values[0]:.1f} = {ratio} the median", 420)
 
 
 def matrix_error_figure(errors: Mapping[str, float], title: str) -> go.Figure:
     """Relative error of every quantised matrix of the model (one bar each, coloured by kind)."""
+    if not isinstance(errors, Mapping) or not errors:
+        raise ValueError("errors must be a non-empty {matrix name: error} mapping")
     names = list(errors)
     kinds = ["lm_head" if n == "lm_head" else ("attn" if ".attn." in n else "mlp") for n in names]
     fig = go.Figure()
@@ -76,10 +81,13 @@ def matrix_error_figure(errors: Mapping[str, float], title: str) -> go.Figure:
 def kv_capacity_figure(dtypes: Sequence[str], tokens: Sequence[int], drift: Sequence[float]) -> go.Figure:
     """Tokens of KV that fit one memory budget per ``kv_cache_dtype`` (bars), with the logit drift
     against fp32 KV (max |Δ logit| over a window) written on each bar."""
+    if not dtypes or not (len(dtypes) == len(tokens) == len(drift)):
+        raise ValueError(f"dtypes, tokens and drift must be non-empty and of one length, got {len(dtypes)}, "
+                         f"{len(tokens)}, {len(drift)}")
     fig = go.Figure(go.Bar(x=list(dtypes), y=list(tokens), marker_color=["#7f7f7f"] + ["#1f77b4"] * (len(dtypes) - 1),
                            text=[f"{t:,} tokens<br>max |Δ logit| {d:.2g}" for t, d in zip(tokens, drift)],
                            textposition="outside"))
-    fig.update_yaxes(title="tokens that fit", range=[0, max(tokens) * 1.3])
+    fig.update_yaxes(title="tokens that fit", range=[0, max(max(tokens), 1) * 1.3])
     fig.update_xaxes(title="kv_cache_dtype")
     words = {2: "two", 3: "three", 4: "four"}
     return style(fig, f"One KV memory budget, {words.get(len(dtypes), len(dtypes))} ways to store it", 420)

@@ -12,7 +12,7 @@ import ipywidgets as widgets
 import torch
 
 from ..quant import FORMATS, GRANULARITIES, TARGETS, quantize_model, score, top1_agreement
-from ..validation import check_real, check_type
+from ..validation import check_int, check_real, check_type
 from ..viz.quant import matrix_error_figure
 from .common import FigureOutput, guarded, panel_choice
 from .snapshot import Panel
@@ -36,7 +36,10 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
         TypeError / ValueError: a starting value the panel does not offer, a bandwidth ≤ 0.
     """
     check_type("eval_ids", eval_ids, torch.Tensor)
+    if calibration_ids is not None:
+        check_type("calibration_ids", calibration_ids, torch.Tensor)
     check_real("bandwidth", bandwidth, 0, low_open=True)
+    check_int("width_px", width_px, 200, 4000)
     panel_choice("fmt", fmt, FORMATS)
     panel_choice("granularity", granularity, GRANULARITIES)
     panel_choice("group_size", group_size, GROUP_SIZES)
@@ -60,7 +63,7 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
         if key not in cache:
             f, g, size, chosen, method = key
             q = quantize_model(lm, f, granularity=g, group_size=size, targets=chosen, method=method,
-                               calibration_ids=calibration_ids)
+                               calibration_ids=calibration_ids if method == "awq" else None)
             s = score(q.lm, eval_ids)
             cache[key] = (q, s.perplexity, top1_agreement(reference, s))
         return cache[key]
