@@ -192,7 +192,7 @@ def quantize_model(lm, fmt: str = "int8", *, granularity: str = "group", group_s
     check_choice("method", method, METHODS)
     number_format(fmt)
     check_choice("granularity", granularity, GRANULARITIES)
-    check_int("group_size", group_size, 1)
+    check_int("group_size", group_size, 1 if granularity == "group" else 0)    # only groups use it
     targets = _check_targets(targets)
     if method == "rtn" and calibration_ids is not None:
         raise ValueError("calibration_ids are only used by method='awq', got them with method='rtn'")
