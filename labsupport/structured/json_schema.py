@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 
 from .automaton import Machine, compile_tree, intersect
-from .json_values import BOOLEAN, NULL, STRING_CHAR, bad, integer_range, integer_tree, length_bound, number_tree, \
+from .json_values import BOOLEAN, NULL, STRING_CHAR, bad, integer_range, integer_tree, length_range, number_tree, \
     string_tree  # noqa: F401  (STRING_CHAR, integer_range: re-exported)
 from .regex import EMPTY, Alt, Keys, Repeat, Seq, chars, literal
 
@@ -343,12 +343,7 @@ class _Compiler:
         if items is None:
             raise bad(path, "items", "is required after prefixItems here (false: no more items, or a schema)")
         item = None if items is False else self.tree(items, f"{path}/items", refs)
-        low = length_bound(path, "minItems", schema.get("minItems", 0))
-        high = schema.get("maxItems")
-        if high is not None:
-            high = length_bound(path, "maxItems", high)
-            if high < low:
-                raise bad(path, "maxItems", f"must be >= minItems ({low}), got {high}")
+        low, high = length_range(schema, path, "minItems", "maxItems")
         options = []
         most = len(firsts) if item is None else (None if high is None else high)
         for n in range(low, len(firsts) + 1):                # arrays no longer than the prefix

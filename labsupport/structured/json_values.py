@@ -39,6 +39,17 @@ def length_bound(path: str, keyword: str, value) -> int:
     return value
 
 
+def length_range(schema: dict, path: str, low_kw: str, high_kw: str) -> tuple[int, int | None]:
+    """``(low, high)`` of a pair of length keywords (``minLength``/``maxLength``, ``minItems``/``maxItems``)."""
+    low = length_bound(path, low_kw, schema.get(low_kw, 0))
+    high = schema.get(high_kw)
+    if high is not None:
+        high = length_bound(path, high_kw, high)
+        if high < low:
+            raise bad(path, high_kw, f"must be >= {low_kw} ({low}), got {high}")
+    return low, high
+
+
 # ----------------------------------------------------------------------------- integers
 
 def _digits(a: int, b: int, n: int):
@@ -198,12 +209,7 @@ def string_tree(schema: dict, path: str):
     """``type: string`` with ``minLength`` / ``maxLength`` (characters; an escape counts as one),
     ``pattern`` (a search) and ``format`` (:data:`FORMATS`), all of them at once (intersection)."""
     quote = literal('"')
-    low = length_bound(path, "minLength", schema.get("minLength", 0))
-    high = schema.get("maxLength")
-    if high is not None:
-        high = length_bound(path, "maxLength", high)
-        if high < low:
-            raise bad(path, "maxLength", f"must be >= minLength ({low}), got {high}")
+    low, high = length_range(schema, path, "minLength", "maxLength")
     parts = [Repeat(STRING_CHAR, low, high)]
     if "pattern" in schema:
         parts.append(_pattern_tree(schema["pattern"], path))
