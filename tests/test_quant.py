@@ -334,6 +334,10 @@ def test_quant_lab_redraws_and_reports_instead_of_raising(tiny_lm):
     first = readout.value
     fmt_w.value = "int4"
     assert readout.value != first and "int4" in chart.figure.layout.title.text
+    gran_w, group_w = row.children
+    gran_w.value = "channel"
+    group_w.value = 32                                  # the group slider switches to per-group scales
+    assert gran_w.value == "group" and "per group of 32" in chart.figure.layout.title.text
     method_w, *boxes = row2.children
     method_w.value = "awq"
     assert "awq" in chart.figure.layout.title.text

@@ -1,4 +1,5 @@
-"""The quantisation lab: format, scale granularity, group size, method and which matrices →
+"""The quantisation lab: format, scale granularity, group size (moving it selects per-group scales),
+method and which matrices →
 per-matrix error, perplexity and top-1 agreement with fp32, bytes, and the predicted step time.
 
 Thin wiring: :func:`labsupport.quant.quantize_model` and :func:`~labsupport.quant.score` do the
@@ -73,7 +74,6 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
         chosen = tuple(t for t in TARGETS if target_ws[t].value)
         if not chosen:
             raise ValueError("tick at least one of attn / mlp / lm_head to quantise")
-        group_w.disabled = gran_w.value != "group"
         key = (fmt_w.value, gran_w.value, group_w.value, chosen, method_w.value)
         q, ppl, agree = evaluate(key)
         step_fp32, step_q = fp32_bytes / bandwidth, q.model_bytes / bandwidth
@@ -86,8 +86,15 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
         label = f"per group of {group_w.value}" if gran_w.value == "group" else f"per {gran_w.value}"
         chart.show(matrix_error_figure(q.errors, f"{fmt_w.value}, {label}, {method_w.value}: error of each matrix"))
 
-    for w in (fmt_w, gran_w, group_w, method_w, *target_ws.values()):
+    def group_moved(_change):                   # moving the group size means scaling per group
+        if gran_w.value != "group":
+            gran_w.value = "group"                  # (this redraws)
+        else:
+            redraw()
+
+    for w in (fmt_w, gran_w, method_w, *target_ws.values()):
         w.observe(redraw, names="value")
+    group_w.observe(group_moved, names="value")
     redraw()
     box = Panel([fmt_w, widgets.HBox([gran_w, group_w]), widgets.HBox([method_w, *target_ws.values()]),
                  readout, chart, error])
