@@ -346,6 +346,10 @@ def test_quant_lab_redraws_and_reports_instead_of_raising(tiny_lm):
     assert "tick at least one" in error.value
     boxes[0].value = True
     assert error.value == ""
+    fmt_w.value = "fp32"                                # a cast: the scale controls do nothing, so they are off
+    assert gran_w.disabled and group_w.disabled and method_w.disabled and "cast" in chart.figure.layout.title.text
+    fmt_w.value = "int8"
+    assert not gran_w.disabled
     with pytest.raises(ValueError, match="fmt"):
         quant_lab(tiny_lm, ids, bandwidth=1e9, fmt="int3")
     with pytest.raises(ValueError, match="bandwidth"):

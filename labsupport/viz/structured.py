@@ -7,6 +7,8 @@ chapter compute the numbers with ``labsupport.structured`` and pass them in.
 
 from __future__ import annotations
 
+import math
+
 from collections import deque
 from collections.abc import Sequence
 
@@ -198,7 +200,10 @@ def cost_figure(names: Sequence[str], ours_us: Sequence[float], peer_us: Sequenc
     fig = go.Figure(go.Bar(x=list(names), y=list(ours_us), name="ours (cached mask)", marker_color=ALLOWED_COLOR))
     if peer_us is not None:
         fig.add_trace(go.Bar(x=list(names), y=list(peer_us), name="XGrammar", marker_color="#9467bd"))
-    fig.add_hline(y=decode_us, line_dash="dash", line_color=REFUSED_COLOR,
-                  annotation_text=f"one model decode step: {decode_us:,.0f} µs")
-    fig.update_layout(barmode="group", yaxis={"title": "µs per step", "type": "log"})
+    fig.add_hline(y=decode_us, line_dash="dash", line_color=REFUSED_COLOR, annotation_position="bottom left",
+                  annotation_text=f"one model decode step: {decode_us:,.0f} µs", annotation_font_color=REFUSED_COLOR)
+    values = [v for v in list(ours_us) + list(peer_us or []) + [decode_us] if v > 0]
+    low, high = min(values), max(values)                   # every bar visible above the axis floor
+    fig.update_layout(barmode="group", yaxis={"title": "µs per step (log)", "type": "log",
+                                              "range": [math.log10(low) - 0.6, math.log10(high) + 0.3]})
     return _style(fig, title, 380)

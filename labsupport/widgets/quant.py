@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
-from ..quant import FORMATS, GRANULARITIES, TARGETS, quantize_model, score, top1_agreement
+from ..quant import FORMATS, GRANULARITIES, TARGETS, number_format, quantize_model, score, top1_agreement
 from ..validation import check_int, check_real, check_type
 from ..viz.quant import matrix_error_figure
 from .common import FigureOutput, guarded, panel_choice
@@ -47,7 +47,8 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
     for t in targets:
         panel_choice("targets", t, TARGETS)
     methods = ["rtn", "awq"] if calibration_ids is not None else ["rtn"]
-    fmt_w = widgets.ToggleButtons(options=list(FORMATS), value=fmt, description="format")
+    fmt_w = widgets.ToggleButtons(options=list(FORMATS), value=fmt, description="format",
+                                  style={"button_width": "100px"})
     gran_w = widgets.ToggleButtons(options=list(GRANULARITIES), value=granularity, description="scale per")
     group_w = widgets.SelectionSlider(options=list(GROUP_SIZES), value=group_size, description="group size",
                                       continuous_update=False, style={"description_width": "initial"})
@@ -74,7 +75,11 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
         chosen = tuple(t for t in TARGETS if target_ws[t].value)
         if not chosen:
             raise ValueError("tick at least one of attn / mlp / lm_head to quantise")
-        key = (fmt_w.value, gran_w.value, group_w.value, chosen, method_w.value)
+        scaled = number_format(fmt_w.value).scaled                # fp32 / bf16 / fp16 are a cast: no scale
+        for w in (gran_w, group_w, method_w):
+            w.disabled = not scaled
+        key = (fmt_w.value, gran_w.value, group_w.value, chosen, method_w.value) if scaled else \
+            (fmt_w.value, "tensor", 0, chosen, "rtn")
         q, ppl, agree = evaluate(key)
         step_fp32, step_q = fp32_bytes / bandwidth, q.model_bytes / bandwidth
         readout.value = (
@@ -84,10 +89,13 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
             f"{1e3 * step_q:.2f} ms vs {1e3 * step_fp32:.2f} ms ({step_fp32 / step_q:.2f}× at "
             f"{bandwidth / 1e9:.1f} GB/s, weights only)</div>")
         label = f"per group of {group_w.value}" if gran_w.value == "group" else f"per {gran_w.value}"
-        chart.show(matrix_error_figure(q.errors, f"{fmt_w.value}, {label}, {method_w.value}: error of each matrix"))
+        title = (f"{fmt_w.value}, {label}, {method_w.value}: error of each matrix" if scaled else
+                 f"{fmt_w.value}: a cast, no scale" + (" — no rounding error at all" if fmt_w.value == "fp32"
+                                                       else ": the mantissa's rounding"))
+        chart.show(matrix_error_figure(q.errors, title))
 
     def group_moved(_change):                   # moving the group size means scaling per group
-        if gran_w.value != "group":
+        if gran_w.value != "group" and not gran_w.disabled:
             gran_w.value = "group"                  # (this redraws)
         else:
             redraw()

@@ -120,12 +120,13 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                                            description="temperature T (0 = greedy)", continuous_update=False,
                                            layout=widgets.Layout(width="460px")),
         "seed": widgets.IntSlider(value=seed, min=0, max=99, description="seed", style=_WIDE, continuous_update=False),
-        "sample": widgets.Button(description="sample next token", icon="step-forward"),
+        "sample": widgets.Button(description="sample next token", icon="step-forward",
+                                 layout=widgets.Layout(width="190px")),
         "complete": widgets.Button(description="complete", icon="fast-forward",
                                    tooltip=f"sample up to {max_complete} tokens, until EOS"),
         "undo": widgets.Button(description="undo", icon="undo"),
         "reset": widgets.Button(description="reset", icon="refresh"),
-        "text": widgets.Text(value="", placeholder='e.g. {"name":"Ann","name"', description="force text",
+        "text": widgets.Text(value="", placeholder='after reset, e.g. {"name":"Ann","name"', description="force text",
                              style=_WIDE, layout=widgets.Layout(width="60%")),
         "force_text": widgets.Button(description="force this text", icon="keyboard-o"),
     }
@@ -238,14 +239,19 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
 
     def force_text(text: str | None = None) -> None:
         text = controls["text"].value if text is None else text
+        added = 0
         for tok in lm.encode(text):
             g = state["gstate"]
             if controls["grammar"].value and g is not None and not grammar.allowed_token_mask(g)[tok]:
+                before = (f"the {added} token{'' if added == 1 else 's'} before it {'was' if added == 1 else 'were'} "
+                          "added, it and the rest were not" if added else "nothing was added")
+                where = "" if added or not state["out"] else " (forced text continues the output so far: press reset to start from the prompt)"
                 note.value = (f"<div style='color:#b35900;font-size:16px'>refused by the grammar: token "
                               f"“{html.escape(lm.token_str(tok))}” ({_only(grammar.num_allowed(g))} allowed "
-                              "here); the tokens before it were added, it and the rest were not</div>")
+                              f"here); {before}{where}</div>")
                 return
             append(tok)
+            added += 1
 
     def reset() -> None:
         state.update(out=[], gstate=grammar.initial_state(), done=False,
