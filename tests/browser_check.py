@@ -236,15 +236,17 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
         if not group.is_visible():
             continue
         buttons = [b for b in group.query_selector_all("button") if b.is_visible()]
+        start = next((j for j, b in enumerate(buttons) if "mod-active" in (b.get_attribute("class") or "")), 0)
         for j, b in enumerate(buttons):
-            if "mod-active" in (b.get_attribute("class") or ""):
+            if "mod-active" in (b.get_attribute("class") or "") or b.is_disabled():
                 continue
             before = shot()
             b.click()
             after("toggle_buttons", k, before, f"_option_{j}")
-        if buttons and "mod-active" not in (buttons[0].get_attribute("class") or ""):   # back to the first
+        if buttons and "mod-active" not in (buttons[start].get_attribute("class") or "") \
+                and not buttons[start].is_disabled():       # back to where it started, so later controls act
             before = shot()
-            buttons[0].click()
+            buttons[start].click()
             after("toggle_buttons", k, before, "_back")
 
     for k, b in enumerate(cell.query_selector_all(CONTROL_KINDS["toggle_button"])):
@@ -281,7 +283,7 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
             box.fill(bad)
             box.press("Enter")
             now = after("text", k, before, f"_invalid_{j}")
-            shown = "⚠" in cell.inner_text()
+            shown = "⚠" in cell.inner_text() or "✗" in cell.inner_text()      # a panel's error, or a quiz's ✗ reason
             report["invalid_inputs"].append({"cell": i, "text": k, "input": bad[:12] or "(empty)",
                                              "message": shown, "ignored": now == before})
             if now == before:                      # ignored (e.g. an empty quiz answer): not a missing redraw
