@@ -158,3 +158,15 @@ def test_unknown_regex_escapes_and_empty_classes_are_refused():
     assert compile_tree(parse_regex(r"\U0001F600")).matches("😀")
     assert compile_tree(parse_regex("[]a]")).matches("]")
     assert compile_tree(parse_regex(r"\a")).matches("\a")
+
+
+def test_side_by_side_cases_are_invalid_and_ours_never_accepts_them():
+    from labsupport.structured.peer import CASES, compare
+    for label, schema, invalid in CASES:
+        if "uniqueItems" in schema or "format" in schema:
+            continue                                   # jsonschema does not check these without extras
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(invalid, schema)
+    rows = compare()
+    assert len(rows) == len(CASES) and not any(r.ours.startswith("ACCEPTS") for r in rows)
+    assert sum(r.ours.startswith("refuses") for r in rows) >= 2
