@@ -200,8 +200,12 @@ def cost_figure(names: Sequence[str], ours_us: Sequence[float], peer_us: Sequenc
     fig = go.Figure(go.Bar(x=list(names), y=list(ours_us), name="ours (cached mask)", marker_color=ALLOWED_COLOR))
     if peer_us is not None:
         fig.add_trace(go.Bar(x=list(names), y=list(peer_us), name="XGrammar", marker_color="#9467bd"))
-    fig.add_hline(y=decode_us, line_dash="dash", line_color=REFUSED_COLOR, annotation_position="bottom left",
-                  annotation_text=f"one model decode step: {decode_us:,.0f} µs", annotation_font_color=REFUSED_COLOR)
+    fig.add_hline(y=decode_us, line_dash="dash", line_color=REFUSED_COLOR)
+    # the label as its own annotation: on a log axis an annotation's y is the exponent (log10), which
+    # add_hline's own label does not do, so it would float off the chart
+    fig.add_annotation(x=0, xref="paper", xanchor="left", y=math.log10(decode_us), yref="y", yanchor="top",
+                       text=f"one model decode step: {decode_us:,.0f} µs", showarrow=False,
+                       font={"color": REFUSED_COLOR})
     values = [v for v in list(ours_us) + list(peer_us or []) + [decode_us] if v > 0]
     low, high = min(values), max(values)                   # every bar visible above the axis floor
     fig.update_layout(barmode="group", yaxis={"title": "µs per step (log)", "type": "log",
