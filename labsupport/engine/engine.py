@@ -355,7 +355,7 @@ class LLMEngine:
         now = self.config.clock()
         rows = self._rows_to_sample(out, now)                                  # 4. sample
         masks = [r.grammar.allowed_token_mask(r.grammar_state(), r.seq.max_new_tokens - len(r.seq.output_ids))
-                 if r.grammar is not None else None for _, r in rows]                                     # structured output: per-request masks
+                 if r.grammar is not None else None for _, r in rows]  # structured output: per-request masks
         tokens = sample_rows(logits, [SampleRow(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
                                                 r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish

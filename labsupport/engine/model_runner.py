@@ -91,11 +91,11 @@ class ModelRunner:
         num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.kv_cache_dtype = kvq.check_kv_cache_dtype(kv_cache_dtype)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
-        if quantization == "int8" and (next(model.parameters()).dtype != torch.float32 or
-                                       (device is not None and torch.device(device).type != "cpu") or
-                                       next(model.parameters()).device.type != "cpu"):
+        first = next(model.parameters())
+        if quantization == "int8" and (first.dtype != torch.float32 or first.device.type != "cpu" or
+                                       (device is not None and torch.device(device).type != "cpu")):
             raise ValueError("quantization='int8' runs PyTorch's int8 CPU kernels: it needs a float32 model on "
-                             f"the CPU, got {next(model.parameters()).dtype} on {next(model.parameters()).device}")
+                             f"the CPU, got {first.dtype} on {first.device}")
         self.model = model
         self.block_size, self.num_blocks, self.num_cpu_blocks = block_size, num_blocks, num_cpu_blocks
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -143,12 +143,18 @@ class ModelRunner:
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V one token takes over all layers: ``2 · L · H · D · bytes`` (8-bit KV:
         ``2 · L · H · (D + 2)``, the fp16 scale of each head included)."""
-        per_head = self.head_dim * self.kv_cache.element_size() + (0 if self.kv_scales is None else 2)
-        return 2 * self.num_layers * self.num_heads * per_head
+        return kvq.kv_bytes_per_token(self.num_layers, self.num_heads, self.head_dim, self.kv_cache_dtype,
+                                      model_bytes=self.kv_cache.element_size())
 
     @property
     def quantized_kv(self) -> bool:
         return self.kv_scales is not None
+
+    def _stores(self, cpu: bool = False) -> tuple[torch.Tensor, ...]:
+        """The tensors a block move applies to: the cache, and its scales for 8-bit KV (``cpu``: the swap space's)."""
+        if cpu:
+            return (self.cpu_cache,) if self.kv_scales is None else (self.cpu_cache, self.cpu_scales)
+        return (self.kv_cache,) if self.kv_scales is None else (self.kv_cache, self.kv_scales)
 
     # ------------------------------------------------------------------ the forward pass
     @torch.inference_mode()
@@ -252,9 +258,8 @@ class ModelRunner:
         with torch.inference_mode():
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs], device=self.device)
-            self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
-            if self.kv_scales is not None:
-                self.kv_scales[:, :, dst] = self.kv_scales[:, :, src]
+            for t in self._stores():
+                t[:, :, dst] = t[:, :, src]
 
     def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
         """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
@@ -273,9 +278,8 @@ class ModelRunner:
                     self.cpu_scales = torch.ones(self.cache_shape(self.num_cpu_blocks)[:-1], dtype=torch.float16)
             src = torch.tensor([s for s, _ in pairs], device=self.device)
             dst = torch.tensor([d for _, d in pairs])
-            self.cpu_cache[:, :, dst] = self.kv_cache[:, :, src].cpu()
-            if self.kv_scales is not None:
-                self.cpu_scales[:, :, dst] = self.kv_scales[:, :, src].cpu()
+            for host, dev in zip(self._stores(cpu=True), self._stores()):
+                host[:, :, dst] = dev[:, :, src].cpu()
 
     def swap_in(self, mapping: Mapping[int, int]) -> None:
         """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
@@ -291,9 +295,8 @@ class ModelRunner:
         with torch.inference_mode():          # entered only when there is something to move
             src = torch.tensor(list(mapping.keys()))
             dst = torch.tensor(list(mapping.values()), device=self.device)
-            self.kv_cache[:, :, dst] = self.cpu_cache[:, :, src].to(self.device)
-            if self.kv_scales is not None:
-                self.kv_scales[:, :, dst] = self.cpu_scales[:, :, src].to(self.device)
+            for dev, host in zip(self._stores(), self._stores(cpu=True)):
+                dev[:, :, dst] = host[:, :, src].to(self.device)
 
     # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
     def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
@@ -344,7 +347,7 @@ class ModelRunner:
         verification keeps the accepted path's entries this way)."""
         src_t = torch.tensor(list(src), dtype=torch.long, device=self.device)
         dst_t = torch.tensor(list(dst), dtype=torch.long, device=self.device)
-        for t in (self.kv_cache,) if self.kv_scales is None else (self.kv_cache, self.kv_scales):
+        for t in self._stores():
             flat = t.flatten(2, 3)
             flat[:, :, dst_t] = flat[:, :, src_t]
 

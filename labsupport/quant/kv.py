@@ -19,14 +19,12 @@ from dataclasses import dataclass
 import torch
 
 from ..validation import check_choice, check_int, check_type
+from .formats import SCALE_MAX, SCALE_MIN
 
 KV_CACHE_DTYPES = ("auto", "int8", "fp8", "fp8_e4m3", "fp8_e5m2")
 _FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-SCALE_MIN = 2.0 ** -14
-"""The smallest scale kept (fp16's smallest normal number): a vector whose values are all below
-``SCALE_MIN / 2`` is stored as zeros — an absolute error under 3.1e-5, the format's floor."""
-SCALE_MAX = 65504.0
-"""fp16's largest number: a vector may hold values up to ``SCALE_MAX · code_max`` (8.3e6 in int8)."""
+# The fp16 scale range of formats.py: a vector whose values are all below SCALE_MIN / 2 is stored as
+# zeros (an absolute error under 3.1e-5); one may hold values up to SCALE_MAX · code_max (8.3e6 in int8).
 
 
 def max_value(kv_cache_dtype: str) -> float:
@@ -121,15 +119,6 @@ def dequantize_kv(codes: torch.Tensor, scale: torch.Tensor, kv_cache_dtype: str)
     else:
         values = codes.view(_FP8[kv_cache_dtype]).float()
     return values * scale.unsqueeze(-1).float()
-
-
-def bytes_per_value(kv_cache_dtype: str, head_dim: int, model_bytes: int = 4) -> float:
-    """Bytes one cached number takes, scales included: 1 + 2 / head_dim (``model_bytes`` for ``"auto"``)."""
-    check_int("head_dim", head_dim, 1)
-    check_int("model_bytes", model_bytes, 1)
-    if check_kv_cache_dtype(kv_cache_dtype) == "auto":
-        return float(model_bytes)
-    return 1.0 + 2.0 / head_dim
 
 
 # ----------------------------------------------------------------------------- the paged cache

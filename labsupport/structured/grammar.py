@@ -109,6 +109,7 @@ class StructuredOutput:
         self.fit_max_tokens = fit_max_tokens
         self._dist: np.ndarray | None = None
         self._budget: dict[tuple[int, int], torch.Tensor] = {}
+        self._reach: dict[int, tuple[np.ndarray, float]] = {}     # state -> (tokens to finish after each token, max)
 
     @property
     def num_states(self) -> int:
@@ -140,10 +141,12 @@ class StructuredOutput:
         base = self.index.mask(state)
         if not self.fit_max_tokens or tokens_left is None:
             return base
-        dist = self.tokens_to_finish_all()
-        after = self.index.next_rows(state)                          # (vocab,) next state or -1
-        reach = np.where(after >= 0, dist[np.maximum(after, 0)], np.inf)
-        if float(reach.max(initial=0, where=after >= 0)) <= tokens_left - 2:   # the budget does not bite
+        if state not in self._reach:                                 # once per state
+            after = self.index.next_rows(state)                      # (vocab,) next state or -1
+            reach = np.where(after >= 0, self.tokens_to_finish_all()[np.maximum(after, 0)], np.inf)
+            self._reach[state] = (reach, float(reach.max(initial=0, where=after >= 0)))
+        reach, worst = self._reach[state]
+        if worst <= tokens_left - 2:                                 # the budget does not bite
             return base
         key = (state, int(tokens_left))
         if key not in self._budget:
