@@ -295,6 +295,12 @@ class Accelerator:
 
 #: NVIDIA H100 SXM datasheet: BF16 dense ≈ 989 TFLOPS, HBM3 ≈ 3.35 TB/s, 80 GB.
 H100_SXM = Accelerator("H100 SXM", peak_flops=989e12, bandwidth=3.35e12, memory=80e9)
+#: NVIDIA A100 SXM 80 GB datasheet: BF16 dense 312 TFLOPS, HBM2e ≈ 2.04 TB/s.
+A100_SXM = Accelerator("A100 SXM", peak_flops=312e12, bandwidth=2.04e12, memory=80e9)
+#: NVIDIA H20 (a bandwidth-rich, compute-poor Hopper): BF16 dense ≈ 148 TFLOPS, HBM3 4.0 TB/s, 96 GB.
+H20 = Accelerator("H20", peak_flops=148e12, bandwidth=4.0e12, memory=96e9)
+#: The GPUs chapter 10 compares for prefill and decode.
+ACCELERATORS = (H100_SXM, A100_SXM, H20)
 
 
 def flops_per_token(n_params: int) -> float:

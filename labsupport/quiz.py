@@ -109,6 +109,61 @@ class Numeric:
 Question = MultipleChoice | Numeric
 
 
+class Predict:
+    """A question asked *before* a measurement, answered by the measurement itself.
+
+    The student picks an option first (``choose``, or a button of
+    :func:`labsupport.widgets.quiz.predict_panel`); the cell that measures then calls
+    ``reveal(answer, measured)`` with the option the run's numbers select, and the verdict
+    compares the two. The right answer is never typed into the chapter: it is computed from this
+    run, so it holds on any machine.
+
+    Args:
+        prompt: the question. options: at least two, e.g. ranges of the quantity to be measured.
+
+    Raises:
+        TypeError: non-string prompt or options. ValueError: fewer than two options.
+    """
+
+    def __init__(self, prompt: str, options: Sequence[str]):
+        self.prompt = check_type("prompt", prompt, str)
+        if isinstance(options, str) or len(options) < 2:
+            raise ValueError(f"options must be a sequence of at least 2 strings, got {options!r}")
+        self.options = [check_type("option", o, str) for o in options]
+        self.choice: int | None = None
+        self.verdict: str | None = None
+        self._listeners: list = []
+
+    def choose(self, value) -> str:
+        """Record the prediction (an option index or its text); returns what the panel shows."""
+        if isinstance(value, str) and value in self.options:
+            value = self.options.index(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(self.options):
+            return f"choose one of the options 0–{len(self.options) - 1} (got {value!r})"
+        self.choice = value
+        return f"noted: “{self.options[value]}”. Now run the next cell: it measures."
+
+    def reveal(self, answer: int, measured: str) -> str:
+        """The measurement's verdict: ``answer`` is the option this run's numbers select and
+        ``measured`` says what was measured. Returns the line to print (and shows it in the panel).
+
+        Raises:
+            TypeError / ValueError: ``answer`` not an option's index, ``measured`` not a string.
+        """
+        check_int("answer", answer, 0, len(self.options) - 1)
+        check_type("measured", measured, str)
+        right = f"“{self.options[answer]}”"
+        if self.choice is None:
+            self.verdict = f"Measured: {measured} → {right}. (No prediction was made: pick one above and run this cell again.)"
+        elif self.choice == answer:
+            self.verdict = f"{RIGHT} Measured: {measured} → {right}, as you predicted."
+        else:
+            self.verdict = f"{WRONG} Measured: {measured} → {right}; you predicted “{self.options[self.choice]}”."
+        for listener in self._listeners:
+            listener(self.choice == answer, self.verdict)
+        return self.verdict
+
+
 class Quiz:
     """An ordered list of questions with plain-call checking (``answer``) and a summary (``report``)."""
 

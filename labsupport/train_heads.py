@@ -20,7 +20,7 @@ from .corpus import target_streams
 MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
 
 
-def _cli(name: str, description: str, out: str, steps: int, batch_size: int, argv, extra=()):
+def _cli(name: str, description: str, out: str, steps: int, batch_size: int, windows: int, argv, extra=()):
     """The options both trainers take, parsed; the threads set; the frozen target and its corpus
     streams loaded. Returns ``(args, target, train_ids, val_ids, start time)``."""
     from .models import load_model
@@ -32,6 +32,8 @@ def _cli(name: str, description: str, out: str, steps: int, batch_size: int, arg
         parser.add_argument(flag, type=kind, default=default)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--windows", type=int, default=windows,
+                        help="training windows of 128 tokens whose target features are computed once")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus, for CI")
     args = parser.parse_args(argv)
@@ -96,9 +98,9 @@ def medusa_main(argv: list[str] | None = None) -> int:
     from .speculative.medusa import MEDUSA_DIR, train_medusa
 
     args, target, train_ids, val_ids, start = _cli("medusa", "Train Medusa heads on the frozen tiny-gpt2 target.",
-                                                   MEDUSA_DIR, 300, 4, argv, extra=[("--heads", int, 3)])
+                                                   MEDUSA_DIR, 2000, 8, 3072, argv, extra=[("--heads", int, 3)])
     heads, stats = train_medusa(target, train_ids, val_ids, num_heads=args.heads, steps=3 if args.smoke else args.steps,
-                                batch_size=args.batch_size, num_windows=8 if args.smoke else 384, seed=args.seed)
+                                batch_size=args.batch_size, num_windows=8 if args.smoke else args.windows, seed=args.seed)
     _finish_stats(stats, args, start, "medusa", argv)
     heads.save(args.out, stats)
     if not args.smoke:
@@ -148,9 +150,9 @@ def eagle_main(argv: list[str] | None = None) -> int:
     from .speculative.medusa import head_accuracy, load_medusa
 
     args, target, train_ids, val_ids, start = _cli("eagle", "Train an EAGLE draft head on the frozen tiny-gpt2 target.",
-                                                   EAGLE_DIR, 600, 8, argv)
+                                                   EAGLE_DIR, 600, 8, 384, argv)
     head, stats = train_eagle(target, train_ids, val_ids, steps=3 if args.smoke else args.steps,
-                              batch_size=args.batch_size, num_windows=8 if args.smoke else 384, seed=args.seed)
+                              batch_size=args.batch_size, num_windows=8 if args.smoke else args.windows, seed=args.seed)
     _finish_stats(stats, args, start, "eagle", argv)
     try:                                                       # the shipped Medusa heads, same metric
         medusa = head_accuracy(target, load_medusa(), val_ids, 128, against="target")[0]

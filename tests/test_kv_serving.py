@@ -3,6 +3,7 @@ context caching. Small random GPT-2s; the two-process test starts real workers (
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -355,3 +356,64 @@ def test_figures_and_panels_build(lm, blends):
     assert "audit of every tier passed" in panel.children[1].value
     panel.children[0].children[1].value = 0                                     # callback runs, no exception
     assert "passed" in panel.children[1].value
+
+
+def test_bounded_affinity_caps_the_favourites_load_and_a_policy_function_routes(lm):
+    from labsupport.serving.router import MAX_LOAD_GAP, bounded_affinity, prefix_affinity
+
+    prompt = list(range(20))
+    assert prefix_affinity(prompt, [32, 16], [5, 0]) == 0                     # affinity ignores load
+    assert bounded_affinity(prompt, [32, 16], [MAX_LOAD_GAP, 0]) == 0          # within the gap: the favourite
+    assert bounded_affinity(prompt, [32, 16], [MAX_LOAD_GAP + 1, 0]) == 1      # beyond it: the least loaded
+    assert bounded_affinity(prompt, [0, 0, 0], [0, 0, 0]) == prefix_affinity(prompt, [0, 0, 0], [0, 0, 0])
+    assert prefix_affinity(prompt, [16, 16], [3, 1]) == 1                      # ties: the less loaded
+    rng = np.random.default_rng(3)
+    v = _vocab(lm)
+    systems = [rng.integers(0, v, 24).tolist() for _ in range(2)]
+    work = system_prompt_workload(systems, [rng.integers(0, v, 5).tolist() for _ in range(4)], 12, gap=0.0,
+                                  new_tokens=2, seed=2)
+    seen = []
+
+    def to_last(prompt_ids, hits, loads):
+        seen.append((len(hits), len(loads)))
+        return len(hits) - 1
+
+    st = Router(Router.make_replicas(lm, 2, block_size=4, num_blocks=20, max_num_seqs=4), to_last).run(work)
+    assert set(st.replica.values()) == {1} and st.policy == "to_last" and seen == [(2, 2)] * len(work)
+    with pytest.raises(ValueError, match="replica index"):
+        Router(Router.make_replicas(lm, 2, block_size=4, num_blocks=20), lambda p, h, l: 7).run(work[:1])
+
+
+def test_tier_economics_compares_a_copy_with_the_prefill_it_saves():
+    from labsupport.serving.tiers import STORAGE_TIERS, StorageTier, tier_economics
+
+    s = kv.preset("Llama 3 8B")
+    per_token = kv.kv_bytes_per_token(s)
+    recompute = kv.prefill_time(1, s.n_params) / 0.5
+    slow = StorageTier("tape", 1e12, per_token / recompute / 2, 0.0)          # half the crossover bandwidth
+    assert tier_economics(s, slow, 1000)["speedup"] == pytest.approx(0.5)
+    assert tier_economics(s, slow, 1000)["crossover_tokens"] == math.inf
+    dram = tier_economics(s, STORAGE_TIERS[1], 4096)
+    assert dram["load_s"] == pytest.approx(10e-6 + 4096 * per_token / 64e9)
+    assert dram["recompute_s"] == pytest.approx(4096 * recompute)
+    assert dram["crossover_bandwidth"] == pytest.approx(per_token / recompute)
+    hbm = tier_economics(s, STORAGE_TIERS[0], 16)
+    assert hbm["tokens"] == int((80e9 - kv.weight_bytes(s, "bf16")) // per_token)   # what the weights leave
+    with pytest.raises(ValueError, match="mfu"):
+        tier_economics(s, STORAGE_TIERS[1], 16, mfu=0.0)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        tier_economics(s, STORAGE_TIERS[1], 0)
+
+
+def test_cacheblend_context_only_is_the_yardstick_of_what_the_answer_reads(blends):
+    """Every chunk alone at its final offset is exactly reuse as-is (r = 0, chunks at final offsets);
+    no context at all is a real, different score; a bad chunk index is refused."""
+    cb = blends["final"]
+    kl_all, top1_all = cb.context_only(list(range(len(cb.chunks))))
+    r0 = cb.run(0.0)
+    assert kl_all == pytest.approx(r0.kl, abs=1e-6) and top1_all == pytest.approx(r0.top1)
+    kl_none, _ = cb.context_only([])
+    assert kl_none > 0 and kl_none != pytest.approx(kl_all)
+    assert blends["zero"].context_only([0]) == pytest.approx(cb.context_only([0]))    # both prefill it at its offset
+    with pytest.raises(ValueError, match="chunk indices"):
+        cb.context_only([len(cb.chunks)])

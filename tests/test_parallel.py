@@ -337,3 +337,16 @@ def test_cluster_panel_clears_a_refused_chart_and_limits_the_context():
     link_w.value = cm.PCIE5.name
     pp_w.value = 2
     assert chart.outputs and cm.PCIE5.name.split(" (")[0] in text.value    # the link chosen meanwhile counts
+
+
+def test_dispatch_table_counts_each_ranks_copies_by_destination():
+    from labsupport.parallel.expert import dispatch_table
+
+    experts = torch.tensor([[0, 1], [2, 3], [3, 0], [1, 1], [2, 2]])      # 5 tokens: rank 0 owns 3, rank 1 owns 2
+    assert dispatch_table(experts, 4, 2) == [[3, 3], [2, 2]]              # experts 0-1 on rank 0, 2-3 on rank 1
+    assert dispatch_table(experts, 4, 1) == [[10]]
+    assert dispatch_table(experts, 4, 4) == [[1, 1, 1, 1], [1, 0, 0, 1], [0, 2, 0, 0], [0, 0, 2, 0]]   # 2, 1, 1, 1 tokens
+    with pytest.raises(ValueError, match="divide"):
+        dispatch_table(experts, 4, 3)
+    with pytest.raises(ValueError, match="expert ids"):
+        dispatch_table(torch.tensor([[4, 0]]), 4, 2)

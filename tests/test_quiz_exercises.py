@@ -175,3 +175,50 @@ def test_exercise_result_as_a_cells_last_value_shows_nothing_more():
     assert not result and not result.done
     data, _ = DisplayFormatter().format(result)
     assert data == {}, data
+
+
+def test_predict_records_a_choice_and_the_measurement_decides():
+    from labsupport.quiz import Predict
+    from labsupport.widgets.quiz import predict_panel
+
+    p = Predict("How much?", ["little", "some", "lots"])
+    panel = predict_panel(p)
+    assert "choose one of the options 0–2" in panel.submit(5) and p.choice is None     # a bad click is a message
+    assert "noted" in panel.submit("some") and p.choice == 1
+    text = p.reveal(2, "v = 3.1")
+    assert text.startswith("✗") and "“lots”" in text and "you predicted “some”" in text
+    assert "3.1" in panel.children[-1].value                                          # the panel shows the verdict
+    assert p.reveal(1, "v = 1.2").startswith("✓")
+    fresh = Predict("q", ["a", "b"])
+    assert "No prediction was made" in fresh.reveal(0, "m")
+    with pytest.raises(ValueError, match="answer"):
+        fresh.reveal(2, "m")
+    with pytest.raises(TypeError, match="measured"):
+        fresh.reveal(0, 3.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        Predict("q", ["only"])
+    with pytest.raises(TypeError, match="prediction"):
+        predict_panel("not a prediction")
+
+
+def test_every_chapter_asks_two_predictions_before_measuring_and_one_transfer():
+    """Issue 22: ≥ 2 predict-then-measure questions per chapter (a Predict panel, then a later cell that
+    reveals it from the run), and ≥ 1 quiz question that transfers a result to other hardware or models."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    chapters = sorted((Path(__file__).resolve().parent.parent / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    for path in chapters:
+        cells = nbformat.read(path, as_version=4).cells
+        predicts = [(i, re.search(r"(\w+) = Predict\(", c.source).group(1)) for i, c in enumerate(cells)
+                    if c.cell_type == "code" and "predict" in c.metadata.get("tags", [])]
+        assert len(predicts) >= 2, f"{path.name}: {len(predicts)} predict cells"
+        for i, var in predicts:
+            assert "predict_panel(" in cells[i].source and cells[i].metadata["jupyter"]["source_hidden"], path.name
+            later = [j for j, c in enumerate(cells) if j > i and f"{var}.reveal(" in c.source]
+            assert later, f"{path.name}: {var} is never revealed by a measurement"
+            assert "quiz" not in cells[later[0]].metadata.get("tags", []), f"{path.name}: {var} revealed by the quiz"
+        quiz = next(c for c in cells if "quiz" in c.metadata.get("tags", []))
+        assert re.search(r'(Numeric|MultipleChoice)\(f?"Transfer', quiz.source), f"{path.name}: no transfer question"

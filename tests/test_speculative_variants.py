@@ -318,3 +318,23 @@ def test_variants_panel_greys_out_the_controls_a_method_does_not_read(tiny_lm):
     assert not c["gamma"].disabled and not c["layers"].disabled and c["shape"].disabled
     c["method"].value = "lookahead"
     assert not c["gamma"].disabled and c["layers"].disabled
+
+
+def test_a_wide_tree_gives_every_label_its_own_row():
+    """Issue 22: the (5, 3, 2) tree's labels overlapped at depth 2 (30 leaves in 380 px, labels above
+    the markers). Labels now sit right of their node, one leaf per row, and the figure grows with the rows."""
+    from labsupport.speculative.tree import choices_from_widths
+    from labsupport.viz.speculative_variants import token_tree_figure, tree_layout
+
+    choices = choices_from_widths((5, 3, 2))
+    index = {c: i + 1 for i, c in enumerate(choices)}
+    parents = [-1] + [index[c[:-1]] if len(c) > 1 else 0 for c in choices]
+    fig = token_tree_figure(list(range(len(parents))), parents, [], None, label=lambda t: f"tok{t:03d}-long-label")
+    nodes = fig.data[2]
+    assert nodes.textposition == "middle right" and all(len(t) <= 10 for t in nodes.text)
+    rows = max(y for _, y in tree_layout(parents)) + 1
+    assert rows == 30 and fig.layout.height >= 26 * rows                       # ≥ 26 px per label row
+    ys_at = {}
+    for (x, y) in zip(nodes.x, nodes.y):
+        ys_at.setdefault(x, []).append(y)
+    assert all(len(set(v)) == len(v) for v in ys_at.values())                 # no two labels of a depth share a row

@@ -101,6 +101,25 @@ def expert_owner(expert: torch.Tensor, num_experts: int, world_size: int) -> tor
     return expert // (num_experts // world_size)
 
 
+def dispatch_table(experts: torch.Tensor, num_experts: int, world_size: int) -> list[list[int]]:
+    """The first all-to-all's send counts: ``table[src][dst]`` token copies rank ``src`` sends to
+    rank ``dst`` (the diagonal stays home), for the top-k ``experts (N, k)`` of all N tokens, rank
+    ``r`` owning the ``r``-th of ``world_size`` near-equal slices of the tokens (as
+    :func:`ep_forward`) and the experts in contiguous blocks (:func:`expert_owner`).
+
+    Raises:
+        ValueError: ``experts`` not 2-D, an expert id outside ``[0, num_experts)``, or a world size
+            that does not divide ``num_experts``.
+    """
+    n, p = check_int("num_experts", num_experts, 1), check_int("world_size", world_size, 1)
+    if n % p:
+        raise ValueError(f"world_size must divide num_experts={n}, got {p}")
+    if experts.dim() != 2 or (experts.numel() and not 0 <= int(experts.min()) <= int(experts.max()) < n):
+        raise ValueError(f"experts must be (N, k) expert ids in [0, {n}), got shape {tuple(experts.shape)}")
+    return [torch.bincount(expert_owner(mine.reshape(-1), n, p), minlength=p).tolist()
+            for mine in experts.tensor_split(p)]
+
+
 def ep_forward(rank: int, world_size: int, moe: MoEWeights, tokens: torch.Tensor,
                use_collective: bool | None = None) -> dict:
     """The MoE layer with experts spread over ranks (worker task ``labsupport.parallel.expert:ep_forward``).
@@ -155,7 +174,7 @@ def ep_forward(rank: int, world_size: int, moe: MoEWeights, tokens: torch.Tensor
     y.index_add_(0, flat_token, gate[:, None] * back)
     return {"rank": rank, "output": y.cpu(), "bytes_sent": comm.bytes_sent, "dispatch_bytes": payload,
             "remote_copies": sum(c for d, c in enumerate(counts) if d != rank),
-            "local_copies": counts[rank], "tokens": len(x),
+            "local_copies": counts[rank], "send_counts": counts, "tokens": len(x),
             "expert_load": torch.bincount(experts.reshape(-1), minlength=n).tolist(),
             "received": sum(len(r) for r in rows_in),
             "received_remote": sum(len(r) for s, r in enumerate(rows_in) if s != rank), "collective": bool(use_collective),

@@ -28,13 +28,14 @@ in a dense per-token forward, because the selective recompute touches non-contig
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from ..validation import check_choice, check_int, check_real, check_token_ids
+from ..validation import check_choice, check_int, check_real, check_token_ids, is_int
 
 __all__ = ["BlendResult", "CacheBlend"]
 
@@ -147,11 +148,13 @@ class CacheBlend:
         return torch.stack(ks), torch.stack(vs)
 
     @torch.inference_mode()
-    def extend(self, ids: list[int], ctx_k: torch.Tensor, ctx_v: torch.Tensor) -> torch.Tensor:
-        """Logits ``(n, V)`` of ``ids`` placed after a context cache ``(L, T, H, D)``."""
+    def extend(self, ids: list[int], ctx_k: torch.Tensor, ctx_v: torch.Tensor,
+               ctx_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``(n, V)`` of ``ids`` placed after a context cache ``(L, T', H, D)`` at ``ctx_pos``
+        (default the whole context's positions); ``ids`` stay at positions ``T …``."""
         r = self.run_
         pos = torch.arange(self.T, self.T + len(ids))
-        k_pos = torch.cat([self.ctx_pos, pos])
+        k_pos = torch.cat([self.ctx_pos if ctx_pos is None else ctx_pos, pos])
         x = r.wte[torch.tensor(ids)] + r.wpe[pos]
         for i, layer in enumerate(r.layers):
             q, k, v = self._qkv(layer, x)
@@ -205,6 +208,31 @@ class CacheBlend:
             x = self._finish(layer, x, q, keys[i], values[i], pos, self.ctx_pos)
         return keys, values
 
+    def _kl_top1(self, logits: torch.Tensor) -> tuple[float, float]:
+        logprobs = F.log_softmax(logits, -1)[len(self.question) - 1:]
+        kl = (self.full_logprobs.exp() * (self.full_logprobs - logprobs)).sum(-1).clamp_min(0).mean().item()
+        return kl, (logprobs.argmax(-1) == self.full_logprobs.argmax(-1)).float().mean().item()
+
+    def context_only(self, keep: list[int]) -> tuple[float, float]:
+        """``(KL, top-1)`` of the answer against the full prefill when the question sees only the
+        chunks ``keep`` (indices; each fully prefilled alone at its final offset, as reuse does) —
+        ``[]``: no context at all. The yardstick for how much the answer reads from the chunks
+        themselves, against what reuse as-is (r = 0) loses: their attention to each other.
+
+        Raises:
+            ValueError: a chunk index out of range.
+        """
+        if any(not (is_int(i) and 0 <= i < len(self.chunks)) for i in keep):
+            raise ValueError(f"keep must hold chunk indices in [0, {len(self.chunks)}), got {keep!r}")
+        starts = [0, *itertools.accumulate(len(c) for c in self.chunks)]
+        kept = sorted(set(keep))
+        parts = [self.prefill(self.chunks[i], torch.arange(starts[i], starts[i + 1])) for i in kept]
+        L, _, H, D = self.full_k.shape
+        keys = torch.cat([p[0] for p in parts], 1) if parts else self.full_k.new_zeros(L, 0, H, D)
+        values = torch.cat([p[1] for p in parts], 1) if parts else self.full_v.new_zeros(L, 0, H, D)
+        pos = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in kept]) if kept else self.ctx_pos[:0]
+        return self._kl_top1(self.extend(self.question + self.answer, keys, values, pos))
+
     def run(self, r: float, method: str = "deviation", seed: int = 0) -> BlendResult:
         """Blend with a fraction ``r`` recomputed and score the answer against the full prefill.
 
@@ -216,9 +244,7 @@ class CacheBlend:
         keys, values = self.blend(selected)
         logits = self.extend(self.question + self.answer, keys, values)
         seconds = time.perf_counter() - t0
-        logprobs = F.log_softmax(logits, -1)[len(self.question) - 1:]
-        kl = (self.full_logprobs.exp() * (self.full_logprobs - logprobs)).sum(-1).clamp_min(0).mean().item()
-        top1 = (logprobs.argmax(-1) == self.full_logprobs.argmax(-1)).float().mean().item()
+        kl, top1 = self._kl_top1(logits)
         L = self.run_.num_layers
         selection = self.T * self.select_layer if method == "deviation" and selected else 0
         return BlendResult(float(r), method, kl, top1, (selection + len(selected) * L) / (self.T * L), seconds, selected)

@@ -25,9 +25,37 @@ from dataclasses import dataclass
 from ..sampling import GREEDY
 from ..validation import check_choice, check_int
 
-__all__ = ["POLICIES", "ReplicaClock", "RouteStats", "Router", "system_prompt_workload"]
+__all__ = ["POLICIES", "ReplicaClock", "RouteStats", "Router", "bounded_affinity", "prefix_affinity",
+           "system_prompt_workload"]
 
-POLICIES = ("round_robin", "prefix_affinity")
+POLICIES = ("round_robin", "prefix_affinity", "bounded_affinity")
+MAX_LOAD_GAP = 2
+"""``bounded_affinity``: the favourite replica may hold at most this many more requests than the least loaded."""
+
+
+def _spread(prompt_ids: Sequence[int], num_replicas: int, block_size: int) -> int:
+    """Where a prompt no replica has a prefix of goes: the hash of its first block."""
+    return hash(tuple(int(t) for t in prompt_ids[:block_size])) % num_replicas
+
+
+def prefix_affinity(prompt_ids: Sequence[int], hits: Sequence[int], loads: Sequence[int], block_size: int = 16) -> int:
+    """The replica holding the longest prefix of the prompt (``hits``: its cached tokens on each
+    replica; ties: the least loaded, then the lowest index); with no hit anywhere, the hash of the
+    first block."""
+    if max(hits) == 0:
+        return _spread(prompt_ids, len(hits), block_size)
+    return min(range(len(hits)), key=lambda i: (-hits[i], loads[i], i))
+
+
+def bounded_affinity(prompt_ids: Sequence[int], hits: Sequence[int], loads: Sequence[int], block_size: int = 16,
+                     max_load_gap: int = MAX_LOAD_GAP) -> int:
+    """:func:`prefix_affinity`, unless its choice holds more than ``max_load_gap`` requests (waiting +
+    running) above the least loaded replica: then the least loaded (lowest index on ties). A popular
+    prefix no longer pins all its traffic to one replica."""
+    favourite = prefix_affinity(prompt_ids, hits, loads, block_size)
+    if loads[favourite] - min(loads) > max_load_gap:
+        return min(range(len(loads)), key=lambda i: (loads[i], i))
+    return favourite
 
 
 class ReplicaClock:
@@ -84,17 +112,19 @@ class Router:
     Args:
         replicas: engines with prefix caching on, each built with its own :class:`ReplicaClock`
             as ``clock`` (see :meth:`make_replicas`).
-        policy: ``"round_robin"`` or ``"prefix_affinity"``.
+        policy: ``"round_robin"``, ``"prefix_affinity"``, ``"bounded_affinity"``, or a function
+            ``policy(prompt_ids, hits, loads) -> replica index`` (``hits``: the prompt's cached
+            prefix tokens on each replica; ``loads``: each replica's waiting + running requests).
 
     Raises:
         ValueError: no replicas, an unknown policy, a replica without prefix caching or without
-            a :class:`ReplicaClock`.
+            a :class:`ReplicaClock`; a policy function that returns no replica index (at ``run``).
     """
 
     def __init__(self, replicas: Sequence, policy: str = "prefix_affinity"):
         if not replicas:
             raise ValueError("replicas must hold at least one engine")
-        self.policy = check_choice("policy", policy, POLICIES)
+        self.policy = policy if callable(policy) else check_choice("policy", policy, POLICIES)
         for i, e in enumerate(replicas):
             if not e.config.enable_prefix_caching or not isinstance(e.config.clock, ReplicaClock):
                 raise ValueError(f"replica {i} needs enable_prefix_caching=True and a ReplicaClock as clock")
@@ -115,11 +145,14 @@ class Router:
         if self.policy == "round_robin":
             return next(self._rr)
         hits = [e.block_manager.num_prefix_hit_tokens(prompt_ids) for e in self.replicas]
-        if max(hits) == 0:
-            bs = self.replicas[0].block_manager.block_size
-            return hash(tuple(int(t) for t in prompt_ids[:bs])) % len(self.replicas)
-        load = [len(e.scheduler.waiting) + len(e.scheduler.running) for e in self.replicas]
-        return min(range(len(self.replicas)), key=lambda i: (-hits[i], load[i], i))
+        loads = [len(e.scheduler.waiting) + len(e.scheduler.running) for e in self.replicas]
+        if callable(self.policy):
+            i = self.policy(list(prompt_ids), hits, loads)
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.replicas):
+                raise ValueError(f"the policy must return a replica index in [0, {len(self.replicas)}), got {i!r}")
+            return i
+        rule = prefix_affinity if self.policy == "prefix_affinity" else bounded_affinity
+        return rule(prompt_ids, hits, loads, self.replicas[0].block_manager.block_size)
 
     def _step_until(self, engine, t: float | None) -> None:
         """Step a replica until its clock reaches ``t`` (or it has no work; ``None`` = to the end)."""
@@ -140,7 +173,7 @@ class Router:
         Before a request is routed, every replica catches up to its arrival time, so the
         router sees each replica's cache as it would be then.
         """
-        stats = RouteStats(self.policy, {}, {}, {}, {})
+        stats = RouteStats(getattr(self.policy, "__name__", "custom") if callable(self.policy) else self.policy, {}, {}, {}, {})
         ids = []
         for k, (arrival, prompt, new) in enumerate(requests):
             for e in self.replicas:

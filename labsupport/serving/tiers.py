@@ -18,6 +18,7 @@ block before its data is reused; :class:`TieredKVCache` sets it.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections import OrderedDict
@@ -27,10 +28,63 @@ import torch
 from safetensors.torch import load_file, save_file
 from typing_extensions import Self
 
+from .. import kv as kvm
 from ..sampling import GREEDY, SamplingParams
-from ..validation import check_int
+from ..validation import check_int, check_real
 
-__all__ = ["TIERS", "TieredKVCache", "run_chat"]
+__all__ = ["STORAGE_TIERS", "TIERS", "StorageTier", "TieredKVCache", "run_chat", "tier_economics"]
+
+
+@dataclass(frozen=True)
+class StorageTier:
+    """Where KV can live on a GPU server: ``capacity`` bytes, read into the GPU at ``bandwidth``
+    bytes/s after ``latency_s`` seconds per read."""
+
+    name: str
+    capacity: float
+    bandwidth: float
+    latency_s: float
+
+
+#: The usual tiers of one H100 server (assumptions, stated in chapter 10): HBM (the prefix cache
+#: itself), host DRAM over PCIe 5 x16, and a local NVMe drive (PCIe 4, sequential reads).
+STORAGE_TIERS = (
+    StorageTier("GPU HBM", 80e9, 3.35e12, 0.0),
+    StorageTier("host DRAM (PCIe 5 x16)", 1e12, 64e9, 10e-6),
+    StorageTier("NVMe SSD (PCIe 4)", 8e12, 7e9, 100e-6),
+)
+
+
+def tier_economics(shape: kvm.ModelShape, tier: StorageTier, prefix_tokens: int, acc: kvm.Accelerator = kvm.H100_SXM,
+                   mfu: float = 0.5, kv_dtype: str = "fp16", weight_dtype: str = "bf16") -> dict:
+    """Hit vs recompute for a cached prefix of ``prefix_tokens`` in ``tier``.
+
+    Loading costs ``latency + P · KV bytes per token / bandwidth``; recomputing costs the prefill,
+    ``P · 2N / (peak · mfu)`` (the linear part: attention's quadratic FLOPs only favour loading
+    more). Both grow with P, so a tier pays at any length once its bandwidth exceeds
+    ``crossover_bandwidth`` = KV bytes per token / recompute seconds per token, and below the
+    ``crossover_tokens`` its latency alone decides.
+
+    Returns:
+        ``tokens`` the tier holds (HBM: what the weights leave), ``load_s``, ``recompute_s``,
+        ``speedup`` (recompute / load), ``crossover_bandwidth`` (bytes/s), ``crossover_tokens``
+        (the prefix length from which loading wins; ``inf`` if it never does).
+
+    Raises:
+        TypeError / ValueError: ``prefix_tokens`` < 1, ``mfu`` outside (0, 1].
+    """
+    p = check_int("prefix_tokens", prefix_tokens, 1)
+    mfu = check_real("mfu", mfu, 0.0, 1.0, low_open=True)
+    per_token = kvm.kv_bytes_per_token(shape, kv_dtype)
+    room = tier.capacity - (kvm.weight_bytes(shape, weight_dtype) if tier.name.startswith("GPU") else 0)
+    recompute_per_token = kvm.prefill_time(1, shape.n_params, acc) / mfu
+    load_per_token = per_token / tier.bandwidth
+    load_s = tier.latency_s + p * load_per_token
+    recompute_s = p * recompute_per_token
+    gain = recompute_per_token - load_per_token
+    return {"tokens": max(0, int(room // per_token)), "load_s": load_s, "recompute_s": recompute_s,
+            "speedup": recompute_s / load_s, "crossover_bandwidth": per_token / recompute_per_token,
+            "crossover_tokens": math.ceil(tier.latency_s / gain) if gain > 0 else math.inf}
 
 TIERS = ("pool", "cpu", "disk")
 

@@ -55,7 +55,11 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
         xs += [xy[p][0], xy[i][0], None]
         ys += [xy[p][1], xy[i][1], None]
     colours = [BONUS if i == 0 else ACCEPTED if i in on_path else DISCARDED for i in range(len(tokens))]
-    text = [repr(label(int(t)))[1:-1] for t in tokens]
+    def short(token: int) -> str:                      # at most 10 characters: labels never run into the next depth
+        shown = repr(label(int(token)))[1:-1]
+        return shown if len(shown) <= 10 else shown[:9] + "…"
+
+    text = [short(t) for t in tokens]
     last = path[-1] if path else 0
     nx = [xy[last][0] + 1] if next_token is not None else []
     ny = [xy[last][1]] if next_token is not None else []
@@ -65,15 +69,17 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
         go.Scatter(x=ax, y=ay, mode="lines", line={"color": ACCEPTED, "width": 5}, name="accepted path",
                    hoverinfo="skip"),
         go.Scatter(x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text", text=text,
-                   textposition="top center", marker={"size": 16, "color": colours, "line": {"width": 1, "color": "#333"}},
+                   textposition="middle right", marker={"size": 16, "color": colours, "line": {"width": 1, "color": "#333"}},
                    name="nodes (root purple, accepted green)", textfont={"size": FONT_SIZE - 2}),
-        go.Scatter(x=nx, y=ny, mode="markers+text", text=[repr(label(int(next_token)))[1:-1]] if nx else [],
-                   textposition="top center", marker={"size": 16, "color": BONUS, "symbol": "star"},
+        go.Scatter(x=nx, y=ny, mode="markers+text", text=[short(next_token)] if nx else [],
+                   textposition="middle right", marker={"size": 16, "color": BONUS, "symbol": "star"},
                    name="target's next token", textfont={"size": FONT_SIZE - 2}),
     ])
-    fig.update_xaxes(title="depth (position after the pending token)", dtick=1)
+    fig.update_xaxes(title="depth (position after the pending token)", dtick=1,
+                     range=[-0.3, max(p[0] for p in xy) + (1 if nx else 0) + 0.8])          # room for the labels on the right
     fig.update_yaxes(visible=False, autorange="reversed")
-    return _style(fig, title, 380)
+    rows = max(p[1] for p in xy) + 1                                                      # leaves, one row each
+    return _style(fig, title, int(max(380, min(1400, 26 * rows + 150))))                 # a label per row, never stacked
 
 
 def measured_vs_predicted_figure(rows: Sequence, *, band: float = 0.15,

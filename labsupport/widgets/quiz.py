@@ -13,7 +13,7 @@ import html
 
 import ipywidgets as widgets
 
-from labsupport.quiz import RIGHT, WRONG, MultipleChoice, Numeric, Quiz
+from labsupport.quiz import RIGHT, WRONG, MultipleChoice, Numeric, Predict, Quiz
 from labsupport.widgets.snapshot import Panel
 
 
@@ -66,4 +66,41 @@ def quiz_panel(quiz: Quiz | list) -> Panel:
     rows.append(score)
     panel = Panel(rows)
     panel.quiz, panel.submit, panel.feedback = quiz, submit, feedback
+    return panel
+
+
+def predict_panel(prediction: Predict) -> Panel:
+    """Buttons for a :class:`~labsupport.quiz.Predict` question: a click records the prediction;
+    the verdict appears here (and in the measuring cell) once that cell calls ``reveal``.
+
+    Raises:
+        TypeError: ``prediction`` is not a Predict.
+    """
+    from labsupport.validation import check_type
+
+    check_type("prediction", prediction, Predict)
+    note, verdict = widgets.HTML(), widgets.HTML()
+    buttons = widgets.ToggleButtons(options=[(o, k) for k, o in enumerate(prediction.options)], value=None,
+                                    style={"button_width": "auto"})
+
+    def submit(value) -> str:
+        try:
+            text = prediction.choose(value)
+        except Exception as err:  # noqa: BLE001 - a panel never throws into the notebook
+            text = f"⚠ {err}"
+        note.value = f"<div style='font-size:15px;color:#37474f;margin:2px 0'>{html.escape(text)}</div>"
+        verdict.value = ""
+        return text
+
+    buttons.observe(lambda ch: ch["new"] is not None and submit(ch["new"]), names="value")
+    def show(ok: bool, text: str) -> None:
+        colour = "#37474f" if prediction.choice is None else "#1b7f3b" if ok else "#b00020"
+        verdict.value = f"<div style='font-size:16px;color:{colour};margin:2px 0 8px 0'>{html.escape(text)}</div>"
+
+    prediction._listeners.append(show)
+    rows = [widgets.HTML("<h3 style='margin:4px 0'>Predict before you run the next cell</h3>"),
+            widgets.HTMLMath(f"<div style='font-size:17px;margin-top:6px'>{prediction.prompt}</div>"),
+            buttons, note, verdict]
+    panel = Panel(rows)
+    panel.prediction, panel.submit = prediction, submit
     return panel
