@@ -222,3 +222,20 @@ def test_every_chapter_asks_two_predictions_before_measuring_and_one_transfer():
             assert "quiz" not in cells[later[0]].metadata.get("tags", []), f"{path.name}: {var} revealed by the quiz"
         quiz = next(c for c in cells if "quiz" in c.metadata.get("tags", []))
         assert re.search(r'(Numeric|MultipleChoice)\(f?"Transfer', quiz.source), f"{path.name}: no transfer question"
+
+
+def test_every_chapter_says_where_its_techniques_stand_in_todays_engines():
+    """Issue 22: a short, dated table per chapter (vLLM, SGLang, TensorRT-LLM, llama.cpp), with sources."""
+    from pathlib import Path
+
+    import nbformat
+
+    for path in sorted((Path(__file__).resolve().parent.parent / "chapters").glob("[0-9][0-9]_*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        table = [c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("### In today's engines")]
+        assert len(table) == 1, path.name
+        text = table[0]
+        assert "| Technique | vLLM | SGLang | TensorRT-LLM | llama.cpp |" in text and "December 2026" in text, path.name
+        rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| Technique")]
+        assert 2 <= len(rows) <= 4 and all(line.count("|") == 6 for line in rows), path.name
+        assert "Sources:" in text, path.name
