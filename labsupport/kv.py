@@ -292,6 +292,12 @@ class Accelerator:
     bandwidth: float
     memory: float
 
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {self.name!r}")
+        for field_name in ("peak_flops", "bandwidth", "memory"):
+            _check_positive(field_name, getattr(self, field_name))
+
 
 #: NVIDIA H100 SXM datasheet: BF16 dense ≈ 989 TFLOPS, HBM3 ≈ 3.35 TB/s, 80 GB.
 H100_SXM = Accelerator("H100 SXM", peak_flops=989e12, bandwidth=3.35e12, memory=80e9)
@@ -333,6 +339,8 @@ def prefill_time(n_tokens: int, n_params: int, acc: Accelerator = H100_SXM) -> f
     2,000 tokens of Llama 3 8B on an H100 ≈ 32 ms (≈ 2× that at 40–60 % MFU).
     """
     check_int("n_tokens", n_tokens, 1)
+    if not isinstance(acc, Accelerator):
+        raise TypeError(f"acc must be an Accelerator, got {acc!r}")
     return n_tokens * flops_per_token(n_params) / acc.peak_flops
 
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from labsupport.validation import check_int, check_real, check_type
+from labsupport.validation import check_int, check_real, check_type, is_int
 
 RIGHT, WRONG = "✓", "✗"
 
@@ -122,14 +122,19 @@ class Predict:
         prompt: the question. options: at least two, e.g. ranges of the quantity to be measured.
 
     Raises:
-        TypeError: non-string prompt or options. ValueError: fewer than two options.
+        TypeError: a non-string prompt, ``options`` not a list or tuple of strings.
+        ValueError: fewer than two options, an empty or repeated option.
     """
 
     def __init__(self, prompt: str, options: Sequence[str]):
         self.prompt = check_type("prompt", prompt, str)
-        if isinstance(options, str) or len(options) < 2:
-            raise ValueError(f"options must be a sequence of at least 2 strings, got {options!r}")
+        if not isinstance(options, (list, tuple)):
+            raise TypeError(f"options must be a list or tuple of strings (their order is the buttons'), got {options!r}")
+        if len(options) < 2:
+            raise ValueError(f"options must hold at least 2 strings, got {options!r}")
         self.options = [check_type("option", o, str) for o in options]
+        if any(not o.strip() for o in self.options) or len(set(self.options)) != len(self.options):
+            raise ValueError(f"options must be distinct, non-empty strings, got {options!r}")
         self.choice: int | None = None
         self.verdict: str | None = None
         self._listeners: list = []
@@ -138,9 +143,9 @@ class Predict:
         """Record the prediction (an option index or its text); returns what the panel shows."""
         if isinstance(value, str) and value in self.options:
             value = self.options.index(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(self.options):
+        if not is_int(value) or not 0 <= value < len(self.options):
             return f"choose one of the options 0–{len(self.options) - 1} (got {value!r})"
-        self.choice = value
+        self.choice, self.verdict = int(value), None
         return f"noted: “{self.options[value]}”. Now run the next cell: it measures."
 
     def reveal(self, answer: int, measured: str) -> str:
@@ -160,7 +165,10 @@ class Predict:
         else:
             self.verdict = f"{WRONG} Measured: {measured} → {right}; you predicted “{self.options[self.choice]}”."
         for listener in self._listeners:
-            listener(self.choice == answer, self.verdict)
+            try:
+                listener(self.choice == answer, self.verdict)
+            except Exception:  # noqa: BLE001 - a broken panel must not hide the measurement's verdict
+                pass
         return self.verdict
 
 

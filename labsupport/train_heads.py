@@ -25,18 +25,27 @@ def _cli(name: str, description: str, out: str, steps: int, batch_size: int, win
     streams loaded. Returns ``(args, target, train_ids, val_ids, start time)``."""
     from .models import load_model
 
+    def positive(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+        return value
+
     parser = argparse.ArgumentParser(prog=f"python -m labsupport.train {name}", description=description)
-    parser.add_argument("--out", type=Path, default=MODELS / out)
+    parser.add_argument("--out", type=Path, default=None, help=f"default assets/models/{out}")
     parser.add_argument("--seed", type=int, default=1234)
     for flag, kind, default in extra:
         parser.add_argument(flag, type=kind, default=default)
-    parser.add_argument("--steps", type=int, default=steps)
-    parser.add_argument("--batch-size", type=int, default=batch_size)
-    parser.add_argument("--windows", type=int, default=windows,
+    parser.add_argument("--steps", type=positive, default=steps)
+    parser.add_argument("--batch-size", type=positive, default=batch_size)
+    parser.add_argument("--windows", type=positive, default=windows,
                         help="training windows of 128 tokens whose target features are computed once")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus, for CI")
+    parser.add_argument("--threads", type=positive, default=2)
+    parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus, for CI (needs --out)")
     args = parser.parse_args(argv)
+    if args.smoke and args.out is None:
+        parser.error("--smoke trains for 3 steps: give --out, or it would replace the shipped files in assets/models")
+    args.out = args.out if args.out is not None else MODELS / out
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     target = load_model("tiny-gpt2", device="cpu")

@@ -62,6 +62,11 @@ CASES = [
       "additionalProperties": False},
      [{"a": 1}, {"a": 2, "b": None}, {"b": True, "a": 0}], [{"b": True}, {"a": 1, "c": 2}, {"a": 10}]),
     ({"type": "number"}, [0, -1.5, 2e10, 3], ["1"]),
+    ({"type": "number", "minimum": 0, "exclusiveMaximum": 10}, [0, 0.5, 9.999, 3, 9], [10, 10.5, -0.1, -1]),
+    ({"type": "number", "exclusiveMinimum": -2, "maximum": 1}, [-1.5, -1, 0, 1, 0.25, -1.999], [-2, -2.5, 1.01, 2]),
+    ({"type": "number", "maximum": -3}, [-3, -3.5, -100.25], [-2.9, 0, 3]),
+    ({"type": "number", "exclusiveMinimum": 0}, [0.001, 1, 7.5], [0, -0.5]),
+    ({"type": "number", "multipleOf": 5, "minimum": 0}, [0, 5, 100], [2.5, 3, -5]),
 ]
 
 
@@ -112,7 +117,8 @@ def walks(dfa, n: int, rng: random.Random, max_len: int = 40):
     for _ in range(n):
         state, data = 0, bytearray()
         while True:
-            if dfa.accepting[state] and (rng.random() < 0.33 or not (dfa.transitions[state] >= 0).any()):
+            if dfa.accepting[state] and (rng.random() < 0.33 or not (dfa.transitions[state] >= 0).any()
+                                         or len(data) >= max_len):      # long enough: stop where it may
                 break
             live = [b for b in range(256) if dfa.transitions[state, b] >= 0]
             if len(data) >= max_len:

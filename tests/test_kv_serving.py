@@ -417,3 +417,62 @@ def test_cacheblend_context_only_is_the_yardstick_of_what_the_answer_reads(blend
     assert blends["zero"].context_only([0]) == pytest.approx(cb.context_only([0]))    # both prefill it at its offset
     with pytest.raises(ValueError, match="chunk indices"):
         cb.context_only([len(cb.chunks)])
+
+
+
+def test_router_leaves_nothing_behind_when_a_policy_fails_and_checks_its_answer(lm):
+    """From an attack: a policy that fails on a later request used to strand the earlier ones (still
+    running, ids taken); a numpy index is an index; a bool or float is a TypeError."""
+    from labsupport.serving.router import prefix_affinity
+
+    reps = Router.make_replicas(lm, 2, block_size=4, num_blocks=20)
+    calls = []
+
+    def flaky(prompt_ids, hits, loads):
+        calls.append(1)
+        return 0 if len(calls) < 2 else 1 // 0
+
+    work = [(0.01 * k, [5, 6, 7, 8, 9, 10, 11, 12, k], 3) for k in range(3)]
+    with pytest.raises(ZeroDivisionError):
+        Router(reps, flaky).run(work)
+    assert all(not e.has_unfinished_requests() and e.block_manager.num_used_blocks == 0 for e in reps)
+    st = Router(reps, "round_robin").run(work[:2])                    # the same replicas, fresh ids
+    assert len(st.replica) == 2 and all(e.block_manager.num_used_blocks == 0 for e in reps)
+    assert Router(reps, lambda p, h, l: np.int64(1)).run(work[:1]).replica      # numpy ints are indices
+    for answer in (True, 1.0, None):
+        with pytest.raises(TypeError, match="replica index"):
+            Router(reps, lambda p, h, l, a=answer: a).run(work[:1])
+    with pytest.raises(ValueError, match="or a function"):
+        Router(reps, 3)
+    with pytest.raises(ValueError, match="one entry per replica"):
+        prefix_affinity([1, 2], [], [])
+    with pytest.raises(ValueError, match="one entry per replica"):
+        prefix_affinity([1, 2], [3, 4], [0])
+    with pytest.raises(ValueError, match="block_size"):
+        prefix_affinity([1], [0, 0], [0, 0], block_size=0)
+
+
+def test_tiers_and_accelerators_refuse_impossible_hardware():
+    from labsupport.serving.tiers import STORAGE_TIERS, StorageTier, tier_economics
+
+    for kw in ({"bandwidth": 0}, {"bandwidth": -1e9}, {"capacity": float("nan")}, {"latency_s": -1}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            StorageTier(**{"name": "x", "capacity": 1e12, "bandwidth": 1e9, "latency_s": 0.0, **kw})
+    for kw in ({"peak_flops": 0}, {"bandwidth": float("nan")}, {"memory": -1}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            kv.Accelerator(**{"name": "z", "peak_flops": 1e12, "bandwidth": 1e12, "memory": 1e9, **kw})
+    s = kv.preset("Llama 3 8B")
+    with pytest.raises(TypeError, match="tier"):
+        tier_economics(s, "disk", 16)
+    with pytest.raises(TypeError, match="acc"):
+        kv.prefill_time(10, s.n_params, None)
+    with pytest.raises(ValueError, match="weight_dtype"):
+        tier_economics(s, STORAGE_TIERS[1], 16, weight_dtype="fp7")
+
+
+def test_cacheblend_context_only_reads_its_argument_once(blends):
+    cb = blends["final"]
+    assert cb.context_only(np.array([0, 1])) == pytest.approx(cb.context_only([0, 1]))
+    for bad in (None, 1, "01", [0.0, 1.0], [True], (i for i in [0, 1])):
+        with pytest.raises(TypeError, match="keep"):
+            cb.context_only(bad)

@@ -348,5 +348,8 @@ def test_dispatch_table_counts_each_ranks_copies_by_destination():
     assert dispatch_table(experts, 4, 4) == [[1, 1, 1, 1], [1, 0, 0, 1], [0, 2, 0, 0], [0, 0, 2, 0]]   # 2, 1, 1, 1 tokens
     with pytest.raises(ValueError, match="divide"):
         dispatch_table(experts, 4, 3)
-    with pytest.raises(ValueError, match="expert ids"):
+    with pytest.raises(ValueError, match=r"ids in \[0, 4\), got 4"):
         dispatch_table(torch.tensor([[4, 0]]), 4, 2)
+    for bad in ([[0, 1]], torch.tensor([[0.0, 1.0]]), torch.tensor([[True, False]]), None):
+        with pytest.raises(TypeError, match="integer tensor"):
+            dispatch_table(bad, 4, 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -199,6 +200,19 @@ def test_predict_records_a_choice_and_the_measurement_decides():
         Predict("q", ["only"])
     with pytest.raises(TypeError, match="prediction"):
         predict_panel("not a prediction")
+    for bad in (5, None, {"a", "b"}):                                 # a set has no stable order
+        with pytest.raises(TypeError, match="options"):
+            Predict("q", bad)
+    for bad in (["a", "a"], ["a", " "]):
+        with pytest.raises(ValueError, match="distinct"):
+            Predict("q", bad)
+    again = Predict("q", ["a", "b"])
+    assert "noted" in again.choose(np.int64(1)) and again.choice == 1                   # numpy ints are indices
+    again.reveal(1, "m")
+    again.choose(0)
+    assert again.verdict is None                                                        # a new choice clears it
+    again._listeners.append(lambda ok, text: 1 / 0)                                     # a broken listener
+    assert again.reveal(0, "m").startswith("✓")
 
 
 def test_every_chapter_asks_two_predictions_before_measuring_and_one_transfer():

@@ -338,3 +338,27 @@ def test_a_wide_tree_gives_every_label_its_own_row():
     for (x, y) in zip(nodes.x, nodes.y):
         ys_at.setdefault(x, []).append(y)
     assert all(len(set(v)) == len(v) for v in ys_at.values())                 # no two labels of a depth share a row
+
+
+def test_tree_figure_refuses_malformed_trees_and_deep_trees_hover_only():
+    from labsupport.viz.speculative_variants import token_tree_figure
+
+    for tokens, parents, path in (([], [], []), ([1, 2], [-1, 1], []), ([1, 2], [0, 0], []), ([1, 2, 3], [-1, 0, 0], [2, 1]),
+                                  ([1, 2], [-1, 0], [7])):
+        with pytest.raises((ValueError, TypeError)):
+            token_tree_figure(tokens, parents, path)
+    with pytest.raises(TypeError, match="label"):
+        token_tree_figure([1, 2], [-1, 0], [1], label=lambda t: t)
+    chain = token_tree_figure(list(range(61)), [-1, *range(60)], list(range(1, 61)), 5)
+    assert chain.data[2].mode == "markers" and len(chain.data[2].hovertext) == 61
+
+
+def test_head_trainer_options_are_checked_and_smoke_needs_out(capsys):
+    from labsupport import train
+
+    with pytest.raises(SystemExit):
+        train.main(["medusa", "--smoke"])                  # would replace the shipped heads
+    assert "--out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.main(["medusa", "--smoke", "--windows", "0", "--out", "/tmp/never"])
+    assert "must be an integer >= 1" in capsys.readouterr().err

@@ -108,14 +108,22 @@ def dispatch_table(experts: torch.Tensor, num_experts: int, world_size: int) -> 
     :func:`ep_forward`) and the experts in contiguous blocks (:func:`expert_owner`).
 
     Raises:
+        TypeError: ``experts`` not an integer tensor.
         ValueError: ``experts`` not 2-D, an expert id outside ``[0, num_experts)``, or a world size
             that does not divide ``num_experts``.
     """
     n, p = check_int("num_experts", num_experts, 1), check_int("world_size", world_size, 1)
     if n % p:
         raise ValueError(f"world_size must divide num_experts={n}, got {p}")
-    if experts.dim() != 2 or (experts.numel() and not 0 <= int(experts.min()) <= int(experts.max()) < n):
-        raise ValueError(f"experts must be (N, k) expert ids in [0, {n}), got shape {tuple(experts.shape)}")
+    if not isinstance(experts, torch.Tensor) or experts.is_floating_point() or experts.is_complex() \
+            or experts.dtype == torch.bool:
+        raise TypeError(f"experts must be an integer tensor of expert ids, got {type(experts).__name__}"
+                        + (f" of {experts.dtype}" if isinstance(experts, torch.Tensor) else ""))
+    if experts.dim() != 2:
+        raise ValueError(f"experts must be (N, k) expert ids, got shape {tuple(experts.shape)}")
+    outside = experts[(experts < 0) | (experts >= n)]
+    if outside.numel():
+        raise ValueError(f"experts must hold ids in [0, {n}), got {int(outside[0])}")
     return [torch.bincount(expert_owner(mine.reshape(-1), n, p), minlength=p).tolist()
             for mine in experts.tensor_split(p)]
 

@@ -220,9 +220,14 @@ class CacheBlend:
         themselves, against what reuse as-is (r = 0) loses: their attention to each other.
 
         Raises:
+            TypeError: ``keep`` not a list, tuple or 1-D array of integers.
             ValueError: a chunk index out of range.
         """
-        if any(not (is_int(i) and 0 <= i < len(self.chunks)) for i in keep):
+        if isinstance(keep, torch.Tensor) or hasattr(keep, "tolist"):
+            keep = keep.tolist()
+        if not isinstance(keep, (list, tuple)) or any(not is_int(i) for i in keep):
+            raise TypeError(f"keep must be a list of chunk indices (integers), got {keep!r}")
+        if any(not 0 <= i < len(self.chunks) for i in keep):
             raise ValueError(f"keep must hold chunk indices in [0, {len(self.chunks)}), got {keep!r}")
         starts = [0, *itertools.accumulate(len(c) for c in self.chunks)]
         kept = sorted(set(keep))

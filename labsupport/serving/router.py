@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..sampling import GREEDY
-from ..validation import check_choice, check_int
+from ..validation import check_int, is_int
 
 __all__ = ["POLICIES", "ReplicaClock", "RouteStats", "Router", "bounded_affinity", "prefix_affinity",
            "system_prompt_workload"]
@@ -31,6 +31,17 @@ __all__ = ["POLICIES", "ReplicaClock", "RouteStats", "Router", "bounded_affinity
 POLICIES = ("round_robin", "prefix_affinity", "bounded_affinity")
 MAX_LOAD_GAP = 2
 """``bounded_affinity``: the favourite replica may hold at most this many more requests than the least loaded."""
+
+
+def _check_choice_inputs(prompt_ids, hits, loads, block_size: int) -> None:
+    if isinstance(prompt_ids, (str, bytes)) or not all(is_int(t) for t in prompt_ids):
+        raise TypeError(f"prompt_ids must be token ids (integers), got {prompt_ids!r:.60}")
+    if len(hits) == 0 or len(hits) != len(loads):
+        raise ValueError(f"hits and loads must hold one entry per replica (at least one), got {len(hits)} and {len(loads)}")
+    for name, values in (("hits", hits), ("loads", loads)):
+        for v in values:
+            check_int(name, v, 0)
+    check_int("block_size", block_size, 1)
 
 
 def _spread(prompt_ids: Sequence[int], num_replicas: int, block_size: int) -> int:
@@ -41,7 +52,13 @@ def _spread(prompt_ids: Sequence[int], num_replicas: int, block_size: int) -> in
 def prefix_affinity(prompt_ids: Sequence[int], hits: Sequence[int], loads: Sequence[int], block_size: int = 16) -> int:
     """The replica holding the longest prefix of the prompt (``hits``: its cached tokens on each
     replica; ties: the least loaded, then the lowest index); with no hit anywhere, the hash of the
-    first block."""
+    first block.
+
+    Raises:
+        TypeError / ValueError: prompt ids that are not integers, ``hits`` and ``loads`` of different
+            lengths (or empty), a negative entry, ``block_size`` < 1.
+    """
+    _check_choice_inputs(prompt_ids, hits, loads, block_size)
     if max(hits) == 0:
         return _spread(prompt_ids, len(hits), block_size)
     return min(range(len(hits)), key=lambda i: (-hits[i], loads[i], i))
@@ -51,7 +68,12 @@ def bounded_affinity(prompt_ids: Sequence[int], hits: Sequence[int], loads: Sequ
                      max_load_gap: int = MAX_LOAD_GAP) -> int:
     """:func:`prefix_affinity`, unless its choice holds more than ``max_load_gap`` requests (waiting +
     running) above the least loaded replica: then the least loaded (lowest index on ties). A popular
-    prefix no longer pins all its traffic to one replica."""
+    prefix no longer pins all its traffic to one replica.
+
+    Raises:
+        TypeError / ValueError: as :func:`prefix_affinity`; ``max_load_gap`` not an integer >= 0.
+    """
+    check_int("max_load_gap", max_load_gap, 0)
     favourite = prefix_affinity(prompt_ids, hits, loads, block_size)
     if loads[favourite] - min(loads) > max_load_gap:
         return min(range(len(loads)), key=lambda i: (loads[i], i))
@@ -124,7 +146,10 @@ class Router:
     def __init__(self, replicas: Sequence, policy: str = "prefix_affinity"):
         if not replicas:
             raise ValueError("replicas must hold at least one engine")
-        self.policy = policy if callable(policy) else check_choice("policy", policy, POLICIES)
+        if not callable(policy) and policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES} or a function (prompt_ids, hits, loads) -> replica "
+                             f"index, got {policy!r}")
+        self.policy = policy
         for i, e in enumerate(replicas):
             if not e.config.enable_prefix_caching or not isinstance(e.config.clock, ReplicaClock):
                 raise ValueError(f"replica {i} needs enable_prefix_caching=True and a ReplicaClock as clock")
@@ -147,10 +172,8 @@ class Router:
         hits = [e.block_manager.num_prefix_hit_tokens(prompt_ids) for e in self.replicas]
         loads = [len(e.scheduler.waiting) + len(e.scheduler.running) for e in self.replicas]
         if callable(self.policy):
-            i = self.policy(list(prompt_ids), hits, loads)
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.replicas):
-                raise ValueError(f"the policy must return a replica index in [0, {len(self.replicas)}), got {i!r}")
-            return i
+            return check_int("the policy's replica index", self.policy(list(prompt_ids), hits, loads),
+                             0, len(self.replicas) - 1)
         rule = prefix_affinity if self.policy == "prefix_affinity" else bounded_affinity
         return rule(prompt_ids, hits, loads, self.replicas[0].block_manager.block_size)
 
@@ -175,14 +198,22 @@ class Router:
         """
         stats = RouteStats(getattr(self.policy, "__name__", "custom") if callable(self.policy) else self.policy, {}, {}, {}, {})
         ids = []
-        for k, (arrival, prompt, new) in enumerate(requests):
-            for e in self.replicas:
-                self._step_until(e, arrival)
-            i = self.choose(prompt)
-            rid = f"r{k}"
-            self.replicas[i].add_request(list(prompt), GREEDY, new, rid, arrival_time=arrival)
-            stats.replica[rid], stats.prompt_tokens[rid] = i, len(prompt)
-            ids.append(rid)
+        taken = {rid for e in self.replicas for rid in e.requests}
+        try:
+            for k, (arrival, prompt, new) in enumerate(requests):
+                for e in self.replicas:
+                    self._step_until(e, arrival)
+                i = self.choose(prompt)
+                rid = next(r for r in itertools.chain([f"r{k}"], (f"r{k}.{n}" for n in itertools.count(1)))
+                           if r not in taken)
+                self.replicas[i].add_request(list(prompt), GREEDY, new, rid, arrival_time=arrival)
+                taken.add(rid)
+                stats.replica[rid], stats.prompt_tokens[rid] = i, len(prompt)
+                ids.append(rid)
+        except BaseException:                      # a bad request or policy: no request of this run is left behind
+            for rid in ids:
+                self.replicas[stats.replica[rid]].abort_request(rid)
+            raise
         for e in self.replicas:
             self._step_until(e, None)
         for rid in ids:

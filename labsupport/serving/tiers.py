@@ -30,7 +30,7 @@ from typing_extensions import Self
 
 from .. import kv as kvm
 from ..sampling import GREEDY, SamplingParams
-from ..validation import check_int, check_real
+from ..validation import check_choice, check_int, check_real, check_type
 
 __all__ = ["STORAGE_TIERS", "TIERS", "StorageTier", "TieredKVCache", "run_chat", "tier_economics"]
 
@@ -44,6 +44,12 @@ class StorageTier:
     capacity: float
     bandwidth: float
     latency_s: float
+
+    def __post_init__(self):
+        check_type("name", self.name, str)
+        check_real("capacity", self.capacity, 0.0, low_open=True)
+        check_real("bandwidth", self.bandwidth, 0.0, low_open=True)
+        check_real("latency_s", self.latency_s, 0.0)
 
 
 #: The usual tiers of one H100 server (assumptions, stated in chapter 10): HBM (the prefix cache
@@ -65,16 +71,23 @@ def tier_economics(shape: kvm.ModelShape, tier: StorageTier, prefix_tokens: int,
     ``crossover_bandwidth`` = KV bytes per token / recompute seconds per token, and below the
     ``crossover_tokens`` its latency alone decides.
 
+    A tier carries its own capacity and bandwidth (the GPU tier's are an H100's); ``acc`` sets the
+    prefill's FLOP rate only.
+
     Returns:
-        ``tokens`` the tier holds (HBM: what the weights leave), ``load_s``, ``recompute_s``,
+        ``tokens`` the tier holds (a GPU tier: what the weights leave — 0 when they do not fit), ``load_s``, ``recompute_s``,
         ``speedup`` (recompute / load), ``crossover_bandwidth`` (bytes/s), ``crossover_tokens``
         (the prefix length from which loading wins; ``inf`` if it never does).
 
     Raises:
         TypeError / ValueError: ``prefix_tokens`` < 1, ``mfu`` outside (0, 1].
     """
+    check_type("shape", shape, kvm.ModelShape)
+    check_type("tier", tier, StorageTier)
+    check_type("acc", acc, kvm.Accelerator)
     p = check_int("prefix_tokens", prefix_tokens, 1)
     mfu = check_real("mfu", mfu, 0.0, 1.0, low_open=True)
+    check_choice("weight_dtype", weight_dtype, kvm.DTYPE_BITS)
     per_token = kvm.kv_bytes_per_token(shape, kv_dtype)
     room = tier.capacity - (kvm.weight_bytes(shape, weight_dtype) if tier.name.startswith("GPU") else 0)
     recompute_per_token = kvm.prefill_time(1, shape.n_params, acc) / mfu

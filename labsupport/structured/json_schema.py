@@ -14,6 +14,9 @@ array             ``items`` (a schema, or ``false`` after ``prefixItems``), ``pr
                   ``minItems``, ``maxItems``
 integer           ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (either
                   side may be open), ``multipleOf`` (a remainder automaton)
+number            the same bounds when they are whole numbers (integers in range and plain
+                  decimals ``I.F``, no exponent); an integer ``multipleOf`` (integers only);
+                  fractional bounds and a fractional ``multipleOf`` are refused
 string            ``minLength``, ``maxLength``, ``pattern`` (a *search*, as the spec says),
                   ``format``: date, time, date-time, email, uuid, ipv4 — all at once
 ``anyOf``         the union of the branches

@@ -117,20 +117,9 @@ def multiple_of(k: int) -> DFA:
 def integer_tree(schema: dict, path: str):
     """``type: integer`` with ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum``
     (integers or numbers; either side may be open) and an integer ``multipleOf``."""
-    lo = hi = None
-    for kw, up, strict in (("minimum", False, False), ("exclusiveMinimum", False, True),
-                           ("maximum", True, False), ("exclusiveMaximum", True, True)):
-        if kw not in schema:
-            continue
-        v = schema[kw]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) >= MAX_INT_BOUND:
-            raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r}")
-        if up:
-            b = (math.ceil(v) - 1 if strict else math.floor(v))
-            hi = b if hi is None else min(hi, b)
-        else:
-            b = (math.floor(v) + 1 if strict else math.ceil(v))
-            lo = b if lo is None else max(lo, b)
+    low, high = _bounds(schema, path, integer_only=False)
+    lo = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
+    hi = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
     if lo is not None and hi is not None and hi < lo:
         raise bad(path, "maximum", f"leaves no integer: the bounds give [{lo}, {hi}]")
     tree = integer_range(lo, hi)
@@ -148,13 +137,62 @@ def integer_tree(schema: dict, path: str):
     return tree
 
 
+def _bounds(schema: dict, path: str, integer_only: bool) -> tuple[tuple, tuple]:
+    """``((low, strict), (high, strict))`` of the four bound keywords (``None`` where absent), the
+    tightest of each side; ``integer_only``: a bound must be a whole number (numbers here)."""
+    low = high = None
+    for kw, up, strict in (("minimum", False, False), ("exclusiveMinimum", False, True),
+                           ("maximum", True, False), ("exclusiveMaximum", True, True)):
+        if kw not in schema:
+            continue
+        v = schema[kw]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) >= MAX_INT_BOUND:
+            raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r}")
+        if integer_only and not float(v).is_integer():
+            raise bad(path, kw, f"for type 'number' only whole-number bounds are built here, got {v!r} "
+                      "(a fractional bound needs digit-by-digit comparison of the decimals)")
+        side = (v, strict)
+        if up:
+            high = side if high is None or v < high[0] or (v == high[0] and strict) else high
+        else:
+            low = side if low is None or v > low[0] or (v == low[0] and strict) else low
+    return low, high
+
+
 def number_tree(schema: dict, path: str):
-    """``type: number``: any JSON number; bounds on non-integers are refused (not exact as a regex here)."""
-    for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
-        if kw in schema:
-            raise bad(path, kw, "is supported for type 'integer' only (a bound on decimals and exponents "
-                      "is not built here); use type 'integer' or drop the bound")
-    return NUMBER
+    """``type: number``: any JSON number; with whole-number bounds (``minimum``, ``maximum``, either
+    exclusive) the integers in range plus the plain decimals ``I.F`` in range (no exponent: a subset
+    of the valid texts, every one of them valid); an integer ``multipleOf`` allows integers only.
+
+    A decimal with fraction ``0 < f < 1`` after a whole part ``I >= 0``: ``I + f >= m`` and
+    ``I + f > m`` both mean ``I >= m``; ``I + f <= M`` and ``I + f < M`` both mean ``I <= M - 1``
+    (the negative side mirrors it), so the bounds become integer ranges of ``I``.
+    """
+    if "multipleOf" in schema:
+        k = schema["multipleOf"]
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not float(k).is_integer():
+            raise bad(path, "multipleOf", f"for type 'number' only an integer multipleOf is built here, got {k!r}")
+        return integer_tree(schema, path)                      # a multiple of an integer is an integer
+    low, high = _bounds(schema, path, integer_only=True)
+    if low is None and high is None:
+        return NUMBER
+    m = None if low is None else int(low[0])
+    big_m = None if high is None else int(high[0])
+    options = []
+    ints_lo = None if low is None else m + 1 if low[1] else m
+    ints_hi = None if high is None else big_m - 1 if high[1] else big_m
+    if ints_lo is None or ints_hi is None or ints_lo <= ints_hi:
+        options.append(integer_range(ints_lo, ints_hi))
+    fraction = Seq((literal("."), Repeat(chars("0-9"), 0, None), chars("1-9"), Repeat(chars("0-9"), 0, None)))
+    pos_lo, pos_hi = max(0, m) if m is not None else 0, None if big_m is None else big_m - 1
+    if pos_hi is None or pos_lo <= pos_hi:                     # 0 < x: I in [max(0, m), M − 1]
+        options.append(Seq((_non_negative(pos_lo, pos_hi), fraction)))
+    neg_lo, neg_hi = max(0, -big_m) if big_m is not None else 0, None if m is None else -m - 1
+    if neg_hi is None or neg_lo <= neg_hi:                     # x < 0: I in [max(0, −M), −m − 1]
+        options.append(Seq((literal("-"), _non_negative(neg_lo, neg_hi), fraction)))
+    if not options:
+        raise bad(path, "maximum", "leaves no number: the bounds are empty")
+    return options[0] if len(options) == 1 else Alt(tuple(options))
 
 
 # ----------------------------------------------------------------------------- strings

@@ -44,9 +44,32 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
     """The tree of one round: the root (pending token), every candidate, the accepted path in green
     and the target's own next token (purple) after it.
 
-    Traces (fixed): edges, accepted edges, nodes, next token.
+    Traces (fixed): edges, accepted edges, nodes, next token. Labels sit right of their node, at most
+    10 characters (the whole token on hover); a tree deeper than 12 levels shows hover labels only.
+
+    Raises:
+        TypeError / ValueError: a malformed tree (``parents[0] != -1``, a parent that is not an earlier
+            node, lengths that differ), a ``path`` that is not a chain from the root, a ``label`` that
+            does not return text, a ``next_token`` that is not an integer.
     """
+    from ..validation import check_int, is_int
+
+    if len(tokens) == 0 or len(tokens) != len(parents) or parents[0] != -1:
+        raise ValueError(f"a token tree needs a root (parents[0] = -1) and one parent per token, got "
+                         f"{len(tokens)} tokens and parents {list(parents)[:4]}…")
+    for i, p in enumerate(parents[1:], 1):
+        if not is_int(p) or not 0 <= p < i:
+            raise ValueError(f"parents[{i}] must be an earlier node in [0, {i}), got {p!r}")
+    for depth, node in enumerate(path):
+        check_int(f"path[{depth}]", node, 1, len(tokens) - 1)
+        if parents[node] != (path[depth - 1] if depth else 0):
+            raise ValueError(f"path must be a chain from the root, but node {node} is not a child of "
+                             f"{path[depth - 1] if depth else 0}")
+    if next_token is not None:
+        check_int("next_token", next_token, 0)
     label = label or str
+    if not all(isinstance(label(int(t)), str) for t in tokens[:1]):
+        raise TypeError(f"label must return text, got {type(label(int(tokens[0]))).__name__}")
     xy = tree_layout(parents)
     on_path = {0, *path}
     ex, ey, ax, ay = [], [], [], []
@@ -60,6 +83,7 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
         return shown if len(shown) <= 10 else shown[:9] + "…"
 
     text = [short(t) for t in tokens]
+    deep = max(p[0] for p in xy)
     last = path[-1] if path else 0
     nx = [xy[last][0] + 1] if next_token is not None else []
     ny = [xy[last][1]] if next_token is not None else []
@@ -68,8 +92,8 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
                    hoverinfo="skip"),
         go.Scatter(x=ax, y=ay, mode="lines", line={"color": ACCEPTED, "width": 5}, name="accepted path",
                    hoverinfo="skip"),
-        go.Scatter(x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text", text=text,
-                   textposition="middle right", marker={"size": 16, "color": colours, "line": {"width": 1, "color": "#333"}},
+        go.Scatter(x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text" if deep <= 12 else "markers",
+                   text=text, hovertext=[label(int(t)) for t in tokens], textposition="middle right", marker={"size": 16, "color": colours, "line": {"width": 1, "color": "#333"}},
                    name="nodes (root purple, accepted green)", textfont={"size": FONT_SIZE - 2}),
         go.Scatter(x=nx, y=ny, mode="markers+text", text=[short(next_token)] if nx else [],
                    textposition="middle right", marker={"size": 16, "color": BONUS, "symbol": "star"},
@@ -79,7 +103,7 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
                      range=[-0.3, max(p[0] for p in xy) + (1 if nx else 0) + 0.8])          # room for the labels on the right
     fig.update_yaxes(visible=False, autorange="reversed")
     rows = max(p[1] for p in xy) + 1                                                      # leaves, one row each
-    return _style(fig, title, int(max(380, min(1400, 26 * rows + 150))))                 # a label per row, never stacked
+    return _style(fig, title, int(max(380, 26 * rows + 150)))                            # a label per row, never stacked
 
 
 def measured_vs_predicted_figure(rows: Sequence, *, band: float = 0.15,
