@@ -13,6 +13,7 @@ The right answers of numeric questions are meant to be *computed* by ``labsuppor
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -165,10 +166,8 @@ class Predict:
         else:
             self.verdict = f"{WRONG} Measured: {measured} → {right}; you predicted “{self.options[self.choice]}”."
         for listener in self._listeners:
-            try:
+            with contextlib.suppress(Exception):      # a broken panel must not hide the measurement's verdict
                 listener(self.choice == answer, self.verdict)
-            except Exception:  # noqa: BLE001 - a broken panel must not hide the measurement's verdict
-                pass
         return self.verdict
 
 
