@@ -146,8 +146,10 @@ class Predict:
             value = self.options.index(value)
         if not is_int(value) or not 0 <= value < len(self.options):
             return f"choose one of the options 0–{len(self.options) - 1} (got {value!r})"
+        if self.verdict is not None and self.choice is not None:      # measured already: the first prediction stands
+            return f"the measurement is in: your prediction “{self.options[self.choice]}” stands (see the verdict)"
         self.choice, self.verdict = int(value), None
-        return f"noted: “{self.options[value]}”. Now run the next cell: it measures."
+        return f"noted: “{self.options[value]}”. Now run the cells below: the measurement reveals the answer."
 
     def reveal(self, answer: int, measured: str) -> str:
         """The measurement's verdict: ``answer`` is the option this run's numbers select and
@@ -160,7 +162,8 @@ class Predict:
         check_type("measured", measured, str)
         right = f"“{self.options[answer]}”"
         if self.choice is None:
-            self.verdict = f"Measured: {measured} → {right}. (No prediction was made: pick one above and run this cell again.)"
+            self.verdict = (f"Measured: {measured} → {right}. (No prediction was made: pick an option in the panel above, "
+                            "then run this measuring cell again.)")
         elif self.choice == answer:
             self.verdict = f"{RIGHT} Measured: {measured} → {right}, as you predicted."
         else:

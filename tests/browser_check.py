@@ -221,7 +221,7 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
 
     for kind in ("dropdown", "select"):
         for k, sel in enumerate(cell.query_selector_all(CONTROL_KINDS[kind])):
-            if not sel.is_visible():
+            if not sel.is_visible() or sel.is_disabled():        # a control the panel greyed out on purpose
                 continue
             options = sel.evaluate("s => Array.from(s.options).map(o => o.value)")
             current = sel.evaluate("s => s.value")

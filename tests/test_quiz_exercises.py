@@ -189,6 +189,8 @@ def test_predict_records_a_choice_and_the_measurement_decides():
     text = p.reveal(2, "v = 3.1")
     assert text.startswith("✗") and "“lots”" in text and "you predicted “some”" in text
     assert "3.1" in panel.children[-1].value                                          # the panel shows the verdict
+    assert panel.children[2].disabled and panel.children[3].value == ""               # locked, the "noted" line gone
+    assert "stands" in panel.submit("lots") and p.choice == 1                         # no second guess after measuring
     assert p.reveal(1, "v = 1.2").startswith("✓")
     fresh = Predict("q", ["a", "b"])
     assert "No prediction was made" in fresh.reveal(0, "m")
@@ -208,9 +210,10 @@ def test_predict_records_a_choice_and_the_measurement_decides():
             Predict("q", bad)
     again = Predict("q", ["a", "b"])
     assert "noted" in again.choose(np.int64(1)) and again.choice == 1                   # numpy ints are indices
-    again.reveal(1, "m")
     again.choose(0)
-    assert again.verdict is None                                                        # a new choice clears it
+    assert again.choice == 0                                                            # before measuring: free to change
+    again.reveal(0, "m")
+    assert "stands" in again.choose(1) and again.choice == 0                             # after: the first one stands
     again._listeners.append(lambda ok, text: 1 / 0)                                     # a broken listener
     assert again.reveal(0, "m").startswith("✓")
 

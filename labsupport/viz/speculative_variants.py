@@ -86,7 +86,7 @@ def token_tree_figure(tokens: Sequence[int], parents: Sequence[int], path: Seque
     deep = max(p[0] for p in xy)
     last = path[-1] if path else 0
     nx = [xy[last][0] + 1] if next_token is not None else []
-    ny = [xy[last][1]] if next_token is not None else []
+    ny = [xy[last][1] + 0.45] if next_token is not None else []      # between two rows: never on a rejected node's label
     fig = go.Figure([
         go.Scatter(x=ex, y=ey, mode="lines", line={"color": DISCARDED, "width": 2}, name="candidate edge",
                    hoverinfo="skip"),

@@ -96,9 +96,11 @@ def predict_panel(prediction: Predict) -> Panel:
     def show(ok: bool, text: str) -> None:
         colour = "#37474f" if prediction.choice is None else "#1b7f3b" if ok else "#b00020"
         verdict.value = f"<div style='font-size:16px;color:{colour};margin:2px 0 8px 0'>{html.escape(text)}</div>"
+        if prediction.choice is not None:              # measured: the prediction is locked, the "noted" line goes
+            note.value, buttons.disabled = "", True
 
     prediction._listeners.append(show)
-    rows = [widgets.HTML("<h3 style='margin:4px 0'>Predict before you run the next cell</h3>"),
+    rows = [widgets.HTML("<h3 style='margin:4px 0'>Predict before you run the cells below</h3>"),
             widgets.HTMLMath(f"<div style='font-size:17px;margin-top:6px'>{prediction.prompt}</div>"),
             buttons, note, verdict]
     panel = Panel(rows)
