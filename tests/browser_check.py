@@ -209,6 +209,9 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
     for k, handle in enumerate(cell.query_selector_all(CONTROL_KINDS["slider"])):
         if not handle.is_visible():          # e.g. the temperature panel's edit sliders in the model mode
             continue
+        if handle.evaluate("h => !!h.closest('[disabled], .mod-disabled')"):   # greyed out by the panel on purpose
+            log(f"    cell {i:2d} slider {k}: disabled by the panel, skipped")
+            continue
         before = shot()
         start_value = handle.get_attribute("aria-valuenow")
         handle.focus()
