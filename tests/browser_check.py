@@ -234,6 +234,8 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
             before = shot()
             sel.select_option(others[-1])
             after(kind, k, before, "")
+            sel.select_option(current)                 # back to where it started, so later controls (and the deck) act
+            time.sleep(1.0)
 
     for k, group in enumerate(cell.query_selector_all(CONTROL_KINDS["toggle_buttons"])):
         if not group.is_visible():
@@ -586,7 +588,8 @@ def check_deck(page, out: Path, max_slides: int = 150, size: tuple[int, int] = (
             continue
         for handle in page.locator(".jp-deck-mod-onscreen.jp-deck-mod-visible .widget-slider .noUi-handle").all():
             cell_index = handle.evaluate(CELL_OF_JS)
-            if cell_index in seen or not handle.is_visible():
+            if cell_index in seen or not handle.is_visible() \
+                    or handle.evaluate("h => !!h.closest('[disabled], .mod-disabled')"):   # greyed out: try the next
                 continue
             seen.add(cell_index)
             cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
