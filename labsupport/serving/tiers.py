@@ -38,24 +38,27 @@ __all__ = ["STORAGE_TIERS", "TIERS", "StorageTier", "TieredKVCache", "run_chat",
 @dataclass(frozen=True)
 class StorageTier:
     """Where KV can live on a GPU server: ``capacity`` bytes, read into the GPU at ``bandwidth``
-    bytes/s after ``latency_s`` seconds per read."""
+    bytes/s after ``latency_s`` seconds per read; ``holds_weights``: the model's weights share the
+    capacity (the GPU's own memory)."""
 
     name: str
     capacity: float
     bandwidth: float
     latency_s: float
+    holds_weights: bool = False
 
     def __post_init__(self):
         check_type("name", self.name, str)
         check_real("capacity", self.capacity, 0.0, low_open=True)
         check_real("bandwidth", self.bandwidth, 0.0, low_open=True)
         check_real("latency_s", self.latency_s, 0.0)
+        check_type("holds_weights", self.holds_weights, bool)
 
 
 #: The usual tiers of one H100 server (assumptions, stated in chapter 10): HBM (the prefix cache
 #: itself), host DRAM over PCIe 5 x16, and a local NVMe drive (PCIe 4, sequential reads).
 STORAGE_TIERS = (
-    StorageTier("GPU HBM", 80e9, 3.35e12, 0.0),
+    StorageTier("GPU HBM", 80e9, 3.35e12, 0.0, holds_weights=True),
     StorageTier("host DRAM (PCIe 5 x16)", 1e12, 64e9, 10e-6),
     StorageTier("NVMe SSD (PCIe 4)", 8e12, 7e9, 100e-6),
 )
@@ -71,11 +74,11 @@ def tier_economics(shape: kvm.ModelShape, tier: StorageTier, prefix_tokens: int,
     ``crossover_bandwidth`` = KV bytes per token / recompute seconds per token, and below the
     ``crossover_tokens`` its latency alone decides.
 
-    A tier carries its own capacity and bandwidth (the GPU tier's are an H100's); ``acc`` sets the
+    A tier carries its own capacity and bandwidth (``STORAGE_TIERS``' GPU tier is an H100's); ``acc`` sets the
     prefill's FLOP rate only.
 
     Returns:
-        ``tokens`` the tier holds (a GPU tier: what the weights leave — 0 when they do not fit), ``load_s``, ``recompute_s``,
+        ``tokens`` the tier holds (a tier that ``holds_weights``: what the weights leave — 0 when they do not fit), ``load_s``, ``recompute_s``,
         ``speedup`` (recompute / load), ``crossover_bandwidth`` (bytes/s), ``crossover_tokens``
         (the prefix length from which loading wins; ``inf`` if it never does).
 
@@ -89,7 +92,7 @@ def tier_economics(shape: kvm.ModelShape, tier: StorageTier, prefix_tokens: int,
     mfu = check_real("mfu", mfu, 0.0, 1.0, low_open=True)
     check_choice("weight_dtype", weight_dtype, kvm.DTYPE_BITS)
     per_token = kvm.kv_bytes_per_token(shape, kv_dtype)
-    room = tier.capacity - (kvm.weight_bytes(shape, weight_dtype) if tier.name.startswith("GPU") else 0)
+    room = tier.capacity - (kvm.weight_bytes(shape, weight_dtype) if tier.holds_weights else 0)
     recompute_per_token = kvm.prefill_time(1, shape.n_params, acc) / mfu
     load_per_token = per_token / tier.bandwidth
     load_s = tier.latency_s + p * load_per_token
