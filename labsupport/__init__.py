@@ -9,7 +9,7 @@ arithmetic modules (``labsupport.kv``, ``labsupport.serving_math``) load without
 
 from __future__ import annotations
 
-__all__ = ["SamplingParams", "load_model", "seed_everything"]
+__all__ = ["SamplingParams", "load_model", "seed_everything", "set_language"]
 __version__ = "0.1.0"
 
 
@@ -21,6 +21,12 @@ def __getattr__(name: str):
         from .sampling import SamplingParams
         return SamplingParams
     raise AttributeError(f"module 'labsupport' has no attribute {name!r}")
+
+
+def set_language(lang: str) -> str:
+    """The language of the package's panels, quizzes and checks: ``"en"`` or ``"ko"`` (:mod:`labsupport.i18n`)."""
+    from .i18n import set_language as _set
+    return _set(lang)
 
 
 def seed_everything(seed: int = 0) -> None:

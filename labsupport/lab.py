@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from .i18n import set_language, tr
 from .validation import check_int
 
 #: One torch thread: the shipped 4.5 M-parameter model runs fastest without thread contention,
@@ -25,9 +26,11 @@ def describe(lm) -> str:
     """One line about a loaded model: layers, heads, width, parameters, vocabulary, device."""
     cfg = lm.model.config
     n_params = sum(p.numel() for p in lm.model.parameters())
-    return (f"{lm.name}: GPT-2 with {cfg.n_layer} layers, {cfg.n_head} heads of {cfg.n_embd // cfg.n_head}, "
-            f"d_model {cfg.n_embd},\n{n_params / 1e6:.2f} M parameters ({n_params * 4 / 1e6:.1f} MB in fp32), "
-            f"vocabulary |V| = {cfg.vocab_size:,} tokens, on {lm.device}")          # two lines: a slide's width
+    return tr("{name}: GPT-2 with {layers} layers, {heads} heads of {head_dim}, d_model {d_model},\n"
+              "{params:.2f} M parameters ({mb:.1f} MB in fp32), vocabulary |V| = {vocab:,} tokens, on {device}",
+              name=lm.name, layers=cfg.n_layer, heads=cfg.n_head, head_dim=cfg.n_embd // cfg.n_head,
+              d_model=cfg.n_embd, params=n_params / 1e6, mb=n_params * 4 / 1e6, vocab=cfg.vocab_size,
+              device=lm.device)                                       # two lines: a slide's width
 
 
 SETUP_DONE = False
@@ -35,8 +38,8 @@ SETUP_DONE = False
 
 
 def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEFAULT_THREADS,
-                  device: str = "auto", verbose: bool = True):
-    """Seed everything, set torch's thread count, load ``model`` and print what it is.
+                  device: str = "auto", verbose: bool = True, lang: str | None = None):
+    """Seed everything, set torch's thread count, choose the language, load ``model`` and print what it is.
 
     Args:
         model: a shipped name (``"tiny-gpt2"``), a local folder or a Hugging Face id
@@ -46,13 +49,17 @@ def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEF
         threads: ``torch.set_num_threads(threads)``.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"``.
         verbose: print :func:`describe` of the model.
+        lang: the language of the package's panels, quizzes and checks from now on, ``"en"`` or
+            ``"ko"`` (:func:`labsupport.i18n.set_language`; the English chapters pass ``"en"``, the
+            Korean edition ``"ko"``). ``None`` keeps the current one (``$LABSUPPORT_LANG``, else English).
 
     Returns:
         The :class:`~labsupport.models.LoadedModel`.
 
     Raises:
         TypeError: ``seed`` or ``threads`` not an integer.
-        ValueError: ``seed`` < 0, ``threads`` < 1, or what :func:`~labsupport.models.load_model` raises.
+        ValueError: ``seed`` < 0, ``threads`` < 1, ``lang`` not a language of
+            :data:`labsupport.i18n.LANGUAGES`, or what :func:`~labsupport.models.load_model` raises.
     """
     import torch
 
@@ -61,6 +68,8 @@ def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEF
 
     check_int("seed", seed, 0)
     check_int("threads", threads, 1)
+    if lang is not None:
+        set_language(lang)
     seed_everything(seed)
     torch.set_num_threads(threads)
     lm = load_model(model, device=device)
