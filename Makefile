@@ -1,4 +1,5 @@
 # Two commands for students:  make lab   (set up + open JupyterLab)   and   make test.
+# The Korean edition (chapters-ko/, README.ko.md):  make lab-ko  opens JupyterLab on it.
 # torch is installed first, pinned, so pip never pulls a multi-GB CUDA build by itself.
 # Override on a machine with a GPU, e.g.:  make lab TORCH_SPEC="torch"
 # Extra JupyterLab options, e.g. in a container:  make lab LAB_ARGS="--ip=0.0.0.0 --no-browser"
@@ -11,10 +12,13 @@ LAB_ARGS    ?=
 NBVAL_ARGS  := --nbval-lax --nbval-current-env --sanitize-with tests/nbval_sanitize.cfg
 # JupyterLab refuses to run as root unless told; Docker images and lab machines often are root.
 ALLOW_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
-# nbval runs on chapters/ as they are: under --nbval-lax only the NBVAL_CHECK_OUTPUT cells are
+# Both editions: chapters/ (English, the source) and chapters-ko/ (Korean: the same cells and code;
+# tests/test_translation.py keeps them in step, tests/translation.py says which cells to re-translate).
+EDITIONS    := chapters/ chapters-ko/
+# nbval runs on the chapters as they are: under --nbval-lax only the NBVAL_CHECK_OUTPUT cells are
 # compared (their text is deterministic), so outputs you saved while working never fail it.
 
-.PHONY: setup git-filter update lab test unit nbval slides check bench clean vllm
+.PHONY: setup git-filter update lab lab-ko test unit nbval slides check bench clean vllm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,11 +45,14 @@ setup: $(STAMP) git-filter
 # sees that once `git add` has refreshed its view of the chapters (a filtered file's size differs
 # from the committed one); after that `git pull` goes through. Edits of your own still stop it.
 update: git-filter
-	git add -u chapters/
+	git add -u $(EDITIONS)
 	git pull --ff-only
 
 lab: setup
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) chapters/
+
+lab-ko: setup            # 한국어판
+	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) chapters-ko/
 
 check: setup
 	$(PY) -m labsupport.check
@@ -54,17 +61,18 @@ unit: setup              # the fast lane: everything but the tests marked slow
 	$(PY) -m pytest -q -m "not slow" tests
 
 nbval: setup
-	$(PY) -m pytest -q $(NBVAL_ARGS) chapters/
+	$(PY) -m pytest -q $(NBVAL_ARGS) $(EDITIONS)
 
 test: setup
 	$(PY) -m labsupport.check
-	$(PY) -m pytest -q tests $(NBVAL_ARGS) chapters/
+	$(PY) -m pytest -q tests $(NBVAL_ARGS) $(EDITIONS)
 
 # Offline reveal.js decks: reveal.js, MathJax and plotly.js are copied from installed packages into
 # build/slides/vendor/, so the HTML opens from disk with no network. Live panels appear as static
 # snapshots; for live sliders present from JupyterLab (jupyterlab-slideshow, "Toggle Deck").
-slides: setup
+slides: setup             # build/slides/ (English) and build/slides/ko/ (Korean)
 	$(PY) -m labsupport.slides chapters/*.ipynb --out build/slides
+	$(PY) -m labsupport.slides chapters-ko/*.ipynb --out build/slides/ko
 
 bench: setup
 	$(PY) -m labsupport.bench all

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labsupport.i18n import tr
 from labsupport.quiz import RIGHT, WRONG
 
 
@@ -88,7 +89,7 @@ def check_function(fn: Callable, cases: Iterable[Sequence | dict], reference: Ca
         compare: ``compare(got, want) -> bool`` replacing the default equality.
         quiet: do not print (the message is in the result).
     """
-    label = name or getattr(fn, "__name__", "your function")
+    label = name or (fn.__name__ if hasattr(fn, "__name__") else tr("your function"))
     count = 0
     for case in cases:
         args, kwargs = ((), dict(case)) if isinstance(case, dict) else (tuple(case), {})
@@ -97,62 +98,71 @@ def check_function(fn: Callable, cases: Iterable[Sequence | dict], reference: Ca
         try:
             got = fn(*args, **kwargs)
         except NotImplementedError:
-            return _report(False, False, f"{label} is not implemented yet — fill in the stub and run the check again",
-                           quiet)
+            return _report(False, False, tr("{label} is not implemented yet — fill in the stub and run the check again",
+                                            label=label), quiet)
         except Exception as err:  # noqa: BLE001 - the student's code may raise anything; report it
-            return _report(False, True, f"{label}({shown}) raised {type(err).__name__}: {err}", quiet)
+            return _report(False, True, tr("{label}({args}) raised {error}: {message}", label=label, args=shown,
+                                           error=type(err).__name__, message=err), quiet)
         same = compare(got, want) if compare else _equal(got, want, tol)
         if not same:
-            return _report(False, True, f"{label}({shown}) returned {_short(got)}, expected {_short(want)}", quiet)
+            return _report(False, True, tr("{label}({args}) returned {got}, expected {want}", label=label, args=shown,
+                                           got=_short(got), want=_short(want)), quiet)
         count += 1
-    return _report(True, True, f"{label} agrees with the reference on all {count} cases", quiet)
+    return _report(True, True, tr("{label} agrees with the reference on all {count} cases", label=label, count=count),
+                   quiet)
 
 
 def check_answer(value: Any, *, name: str, expected: float | None = None, rel_tol: float = 0.0,
                  abs_tol: float = 0.0, accept: Callable[[Any], bool] | None = None,
-                 explain: Callable[[Any], str] | None = None, right: str = "right",
+                 explain: Callable[[Any], str] | None = None, right: str | None = None,
                  quiet: bool = False) -> ExerciseResult:
     """Check a typed answer: ``accept(value)`` if given, else ``|value − expected|`` within the tolerance.
 
     ``None`` means not answered yet. On a wrong try the message is ``explain(value)`` (what the
-    value implies, e.g. "at α = 0.84 A still wins: −1.91 vs −1.92"), never the expected value.
+    value implies, e.g. "at α = 0.84 A still wins: −1.91 vs −1.92"), never the expected value;
+    on a right one it is ``right`` (default "right").
     """
     if value is None:
-        return _report(False, False, f"set {name} to your answer and run this cell again", quiet)
+        return _report(False, False, tr("set {name} to your answer and run this cell again", name=name), quiet)
     try:
         if accept is not None:
             ok = bool(accept(value))
         else:
             ok = math.isclose(float(value), float(expected), rel_tol=rel_tol, abs_tol=abs_tol)
     except Exception as err:  # noqa: BLE001 - a value of the wrong kind is a wrong answer
-        return _report(False, True, f"{name} = {_short(value)} cannot be checked: {type(err).__name__}: {err}",
-                       quiet)
+        return _report(False, True, tr("{name} = {value} cannot be checked: {error}: {message}", name=name,
+                                       value=_short(value), error=type(err).__name__, message=err), quiet)
     if ok:
-        return _report(True, True, f"{name} = {_short(value)}: {right}", quiet)
+        return _report(True, True, f"{name} = {_short(value)}: {tr('right') if right is None else right}", quiet)
     try:
-        why = explain(value) if explain else "not quite — check your working"
+        why = explain(value) if explain else tr("not quite — check your working")
     except Exception as err:  # noqa: BLE001
-        why = f"not quite ({type(err).__name__}: {err})"
+        why = tr("not quite ({error}: {message})", error=type(err).__name__, message=err)
     return _report(False, True, f"{name} = {_short(value)}: {why}", quiet)
 
 
-def run_check(check: Callable[[Callable], int], fn: Callable, *, name: str | None = None, against: str = "the reference",
-              quiet: bool = False) -> ExerciseResult:
+def run_check(check: Callable[[Callable], int], fn: Callable, *, name: str | None = None,
+              against: str | None = None, quiet: bool = False) -> ExerciseResult:
     """Run a chapter's ``check(fn) -> number of cases`` (which asserts) and report instead of raising.
 
     ``NotImplementedError`` from the stub → "not implemented yet"; an ``AssertionError`` → ✗ with its
     message (the check's concrete case: arguments, what came back, what was expected); any other
-    exception → ✗ naming it; otherwise ✓ with the number of cases.
+    exception → ✗ naming it; otherwise ✓ with the number of cases. ``against`` names what the
+    function is compared with (default "the reference").
     """
-    label = name or getattr(fn, "__name__", "your function")
+    label = name or (fn.__name__ if hasattr(fn, "__name__") else tr("your function"))
+    against = tr("the reference") if against is None else against
     try:
         cases = check(fn)
     except NotImplementedError:
-        return _report(False, False, f"{label} is not implemented yet — fill in the stub above and run this cell again",
-                       quiet)
+        return _report(False, False, tr("{label} is not implemented yet — fill in the stub above and run this cell "
+                                        "again", label=label), quiet)
     except AssertionError as err:
-        detail = str(err) or "a case failed (the check gave no detail)"
-        return _report(False, True, f"{label} disagrees with {against}: {detail}", quiet)
+        detail = str(err) or tr("a case failed (the check gave no detail)")
+        return _report(False, True, tr("{label} disagrees with {against}: {detail}", label=label, against=against,
+                                       detail=detail), quiet)
     except Exception as err:  # noqa: BLE001 - the student's code may raise anything; report it
-        return _report(False, True, f"{label} raised {type(err).__name__}: {err}", quiet)
-    return _report(True, True, f"{label} agrees with {against} on {cases} cases", quiet)
+        return _report(False, True, tr("{label} raised {error}: {message}", label=label, error=type(err).__name__,
+                                       message=err), quiet)
+    return _report(True, True, tr("{label} agrees with {against} on {cases} cases", label=label, against=against,
+                                  cases=cases), quiet)

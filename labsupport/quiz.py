@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from labsupport.i18n import tr
 from labsupport.validation import check_int, check_real, check_type, is_int
 
 RIGHT, WRONG = "✓", "✗"
@@ -56,10 +57,13 @@ class MultipleChoice:
         if isinstance(answer, str) and answer in self.options:
             answer = list(self.options).index(answer)
         if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(self.options):
-            return False, f"choose one of the options 0–{len(self.options) - 1} (got {answer!r})"
+            return False, tr("choose one of the options 0–{last} (got {answer!r})", last=len(self.options) - 1,
+                             answer=answer)
         if answer == self.answer:
             return True, self.explanation
-        return False, self.why_not.get(answer, "not this one — think again about what the question asks")
+        if answer in self.why_not:
+            return False, self.why_not[answer]
+        return False, tr("not this one — think again about what the question asks")
 
 
 @dataclass(frozen=True)
@@ -98,13 +102,18 @@ class Numeric:
             try:
                 value = float(answer.replace(",", "").replace("_", "").strip())
             except ValueError:
-                return False, f"give a number{' in ' + self.unit if self.unit else ''} (got {answer!r})"
+                return False, (tr("give a number in {unit} (got {answer!r})", unit=self.unit, answer=answer)
+                               if self.unit else tr("give a number (got {answer!r})", answer=answer))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-            return False, f"give a finite number{' in ' + self.unit if self.unit else ''} (got {answer!r})"
+            return False, (tr("give a finite number in {unit} (got {answer!r})", unit=self.unit, answer=answer)
+                           if self.unit else tr("give a finite number (got {answer!r})", answer=answer))
         if math.isclose(float(value), self.answer, rel_tol=self.rel_tol, abs_tol=self.abs_tol):
             return True, self.explanation
-        direction = "too high" if value > self.answer else "too low"
-        return False, f"{value:g} is {direction}." + (f" Hint: {self.hint}" if self.hint else "")
+        if value > self.answer:
+            return False, (tr("{value:g} is too high. Hint: {hint}", value=value, hint=self.hint) if self.hint
+                           else tr("{value:g} is too high.", value=value))
+        return False, (tr("{value:g} is too low. Hint: {hint}", value=value, hint=self.hint) if self.hint
+                       else tr("{value:g} is too low.", value=value))
 
 
 Question = MultipleChoice | Numeric
@@ -145,11 +154,13 @@ class Predict:
         if isinstance(value, str) and value in self.options:
             value = self.options.index(value)
         if not is_int(value) or not 0 <= value < len(self.options):
-            return f"choose one of the options 0–{len(self.options) - 1} (got {value!r})"
+            return tr("choose one of the options 0–{last} (got {answer!r})", last=len(self.options) - 1, answer=value)
         if self.verdict is not None and self.choice is not None:      # measured already: the first prediction stands
-            return f"the measurement is in: your prediction “{self.options[self.choice]}” stands (see the verdict)"
+            return tr("the measurement is in: your prediction “{choice}” stands (see the verdict)",
+                      choice=self.options[self.choice])
         self.choice, self.verdict = int(value), None
-        return f"noted: “{self.options[value]}”. Now run the cells below: the measurement reveals the answer."
+        return tr("noted: “{choice}”. Now run the cells below: the measurement reveals the answer.",
+                  choice=self.options[value])
 
     def reveal(self, answer: int, measured: str) -> str:
         """The measurement's verdict: ``answer`` is the option this run's numbers select and
@@ -160,14 +171,16 @@ class Predict:
         """
         check_int("answer", answer, 0, len(self.options) - 1)
         check_type("measured", measured, str)
-        right = f"“{self.options[answer]}”"
+        right = self.options[answer]
         if self.choice is None:
-            self.verdict = (f"Measured: {measured} → {right}. (No prediction was made: pick an option in the panel above, "
-                            "then run this measuring cell again.)")
+            self.verdict = tr("Measured: {measured} → “{right}”. (No prediction was made: pick an option in the panel "
+                              "above, then run this measuring cell again.)", measured=measured, right=right)
         elif self.choice == answer:
-            self.verdict = f"{RIGHT} Measured: {measured} → {right}, as you predicted."
+            self.verdict = f"{RIGHT} " + tr("Measured: {measured} → “{right}”, as you predicted.",
+                                            measured=measured, right=right)
         else:
-            self.verdict = f"{WRONG} Measured: {measured} → {right}; you predicted “{self.options[self.choice]}”."
+            self.verdict = f"{WRONG} " + tr("Measured: {measured} → “{right}”; you predicted “{choice}”.",
+                                            measured=measured, right=right, choice=self.options[self.choice])
         for listener in self._listeners:
             with contextlib.suppress(Exception):      # a broken panel must not hide the measurement's verdict
                 listener(self.choice == answer, self.verdict)
@@ -177,13 +190,13 @@ class Predict:
 class Quiz:
     """An ordered list of questions with plain-call checking (``answer``) and a summary (``report``)."""
 
-    def __init__(self, questions: Sequence[Question], title: str = "Quiz"):
+    def __init__(self, questions: Sequence[Question], title: str | None = None):
         if not questions:
             raise ValueError("a quiz needs at least one question, got none")
         for q in questions:
             check_type("question", q, (MultipleChoice, Numeric))
         self.questions = list(questions)
-        self.title = check_type("title", title, str)
+        self.title = tr("Quiz") if title is None else check_type("title", title, str)
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -199,10 +212,10 @@ class Quiz:
         for i, q in enumerate(self.questions):
             given = answers[i] if i < len(answers) else None
             if given is None:
-                lines.append(f"Q{i + 1} – not answered")
+                lines.append(tr("Q{i} – not answered", i=i + 1))
                 continue
             ok, why = q.check(given)
             score += ok
             lines.append(f"Q{i + 1} {RIGHT if ok else WRONG} {why}")
-        lines.append(f"score: {score} / {len(self.questions)}")
+        lines.append(tr("score: {score} / {total}", score=score, total=len(self.questions)))
         return "\n".join(lines)

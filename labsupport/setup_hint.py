@@ -5,13 +5,39 @@ use. A student who opens a chapter and runs a panel cell first would otherwise s
 ``NameError: name 'target' is not defined``. ``make setup`` writes an IPython kernel config into
 the course's virtual environment (``.venv/etc/ipython/ipython_kernel_config.py``) whose start-up
 line calls :func:`install`; it adds one sentence to such errors and changes nothing else (no
-heavy import: this module imports nothing but IPython, which the kernel has loaded already).
+heavy import: this module imports nothing but IPython, which the kernel has loaded already, and,
+when the hint is shown, :mod:`labsupport.i18n`, which imports only the standard library).
+
+The sentence is in the package's language (:func:`labsupport.i18n.get_language`). Before the
+set-up cell has chosen one, that is ``$LABSUPPORT_LANG``, else Korean when the kernel runs in the
+Korean edition's folder (``chapters-ko/``: JupyterLab starts a notebook's kernel in its folder),
+else English.
 """
 
 from __future__ import annotations
 
-HINT = ("This name is defined by the chapter's set-up: run the first code cell of the chapter "
-        "(at the top, under the title) — or Run ▸ Run All Cells — then this cell again.")
+KOREAN_FOLDER = "chapters-ko"
+
+
+def hint() -> str:
+    """The sentence added to a NameError raised before the set-up cell ran, in the package's language."""
+    import os
+    from pathlib import Path
+
+    from labsupport import i18n
+
+    try:
+        lang = i18n.get_language()
+    except ValueError:                               # a bad $LABSUPPORT_LANG: the hint still shows, in English
+        lang = "en"
+    try:
+        if i18n._language is None and not os.environ.get(i18n.ENV_VAR) and Path.cwd().name == KOREAN_FOLDER:
+            lang = "ko"
+    except OSError:                                  # the working folder was removed
+        pass
+    with i18n.language(lang):
+        return i18n.tr("This name is defined by the chapter's set-up: run the first code cell of the chapter "
+                       "(at the top, under the title) — or Run ▸ Run All Cells — then this cell again.")
 
 
 def _handler(shell, etype, value, tb, tb_offset=None):
@@ -21,7 +47,7 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     lab = sys.modules.get("labsupport.lab")
     if not getattr(lab, "SETUP_DONE", False):
-        print(f"\n{HINT}")
+        print(f"\n{hint()}")
 
 
 def install() -> bool:

@@ -29,19 +29,29 @@ TeX web font that jupyter-server-mathjax does not ship is ever requested.
 from __future__ import annotations
 
 import argparse
+import html
 import os
+import re
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from .i18n import LANGUAGES, language, tr
+
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 #: shown instead of a widget that has no static snapshot (its text/plain would be "VBox(children=...)")
 NO_SNAPSHOT_HTML = ("<div class='labsupport-no-snapshot' style='color:#555;border-left:4px solid #bbb;"
-                    "padding-left:8px'>(a live panel: run this chapter in JupyterLab to use it)</div>")
+                    "padding-left:8px'>{text}</div>")
+"""Where a live panel left no snapshot; ``{text}`` is :func:`no_snapshot_text` in the deck's language."""
+
+
+def no_snapshot_text() -> str:
+    """The line a deck shows in place of a live panel that left no snapshot (in the current language)."""
+    return tr("(a live panel: run this chapter in JupyterLab to use it)")
 TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 # output priority in the deck: the snapshot's HTML before a widget view (which needs a kernel)
 DISPLAY_PRIORITY = ["text/html", "application/pdf", "text/latex", "image/svg+xml", "image/png", "image/jpeg",
@@ -161,10 +171,25 @@ def _plotly_to_html_preprocessor():
                 if PLOTLY_MIME in data:
                     data["text/html"] = figure_html(data[PLOTLY_MIME])
                 elif WIDGET_MIME in data and "text/html" not in data:
-                    data["text/html"] = NO_SNAPSHOT_HTML
+                    data["text/html"] = NO_SNAPSHOT_HTML.format(text=html.escape(no_snapshot_text()))
             return cell, resources
 
     return PlotlyToHTML
+
+
+def edition_language(notebook: Path) -> str:
+    """The language of a chapter: the one its set-up code chooses (``setup_chapter(..., lang="ko")`` or
+    ``set_language("ko")``), else ``"ko"`` for a notebook in a ``*-ko`` folder (``chapters-ko/``), else
+    ``"en"``. Read from the notebook, so an executed copy kept elsewhere exports in its own language."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            chosen = re.search(r"""(?:\blang\s*=\s*|set_language\(\s*)["']([a-z]{2})["']""", cell.source)
+            if chosen and chosen.group(1) in LANGUAGES:
+                return chosen.group(1)
+    return "ko" if Path(notebook).resolve().parent.name.endswith("-ko") else "en"
 
 
 def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int = 600,
@@ -190,6 +215,7 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
     c.SlidesExporter.reveal_height = "800"
     c.SlidesExporter.mathjax_url = f"vendor/mathjax/MathJax.js?config={MATHJAX_CONFIG}"
     c.NbConvertBase.display_data_priority = DISPLAY_PRIORITY
+    c.SlidesExporter.language_code = edition_language(notebook)   # <html lang="ko">: the browser picks Hangul fonts
     c.TagRemovePreprocessor.enabled = True                  # a quiz shows its panel, not the code with the answers
     c.TagRemovePreprocessor.remove_input_tags = {"quiz", HIDE_INPUT}   # …and the set-up its banner, not its imports
     nb = nbformat.read(notebook, as_version=4)
@@ -207,7 +233,9 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
             nbformat.write(nb, Path(keep_executed) / notebook.name)
     exporter = SlidesExporter(config=c)
     exporter.register_preprocessor(_plotly_to_html_preprocessor(), enabled=True)
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
+    with language(edition_language(notebook)):         # the deck's own words in its edition's language
+        resources = {"metadata": {"name": notebook.stem}, "more_below": tr("▼ more below")}
+        body, _ = exporter.from_notebook_node(nb, resources=resources)
     target = out_dir / f"{notebook.stem}.slides.html"
     target.write_text(body, encoding="utf-8")
     return target

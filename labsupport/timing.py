@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .i18n import tr
 from .validation import check_callable, check_int, check_type
 
 
@@ -52,8 +53,8 @@ class Timing:
     def ms(self, digits: int = 1) -> str:
         """``"12.3 ms (11.9–14.0, 5 runs)"``: median, range and count, in milliseconds."""
         f = f"{{:.{digits}f}}"
-        return (f"{f.format(1e3 * self.median)} ms ({f.format(1e3 * self.low)}–{f.format(1e3 * self.high)}, "
-                f"{len(self.samples)} runs)")
+        return tr("{median} ms ({low}–{high}, {n} runs)", median=f.format(1e3 * self.median),
+                  low=f.format(1e3 * self.low), high=f.format(1e3 * self.high), n=len(self.samples))
 
 
 def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1) -> Timing:
@@ -103,8 +104,9 @@ def median_range(values: Sequence[float], *, scale: float = 1.0, digits: int = 2
     f = f"{{:.{int(digits)}f}}"
     med, lo, hi = (scale * float(x) for x in (statistics.median(values), min(values), max(values)))
     if len(values) == 1:
-        return f"{f.format(med)}{unit} (1 run)"
-    return f"{f.format(med)}{unit} ({f.format(lo)}–{f.format(hi)}, {len(values)} runs)"
+        return tr("{median}{unit} (1 run)", median=f.format(med), unit=unit)
+    return tr("{median}{unit} ({low}–{high}, {n} runs)", median=f.format(med), unit=unit, low=f.format(lo),
+              high=f.format(hi), n=len(values))
 
 
 def clearly_faster(a: Timing, b: Timing) -> bool:

@@ -29,7 +29,8 @@ notebook is then closed and its kernel shut down. A widget callback that raises 
 cell output lands in JupyterLab's log console: a growing log count counts as a traceback.
 A plotly chart drawn without any trace (empty axes: a FigureWidget that rendered before its data
 arrived) is reported per run as a blank figure. Exit code 1 on a traceback, a run that did not
-finish, a control that did not redraw, a blank figure, or a console error.
+finish, a control that did not redraw, a blank figure, a widget label or button whose text is cut
+off (``cut_labels``: wider than its box), or a console error.
 
 Slides:
 
@@ -338,6 +339,19 @@ def blank_figures(page) -> list[int]:
         ? i : -1).filter(i => i >= 0)""")
 
 
+def cut_labels(page) -> list[dict]:
+    """Widget labels and buttons whose text is cut off (wider than their box: ipywidgets shows an
+    ellipsis) — a translated label that does not fit, for instance. One entry per cell and text."""
+    return page.evaluate("""() => {
+        const cells = Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'));
+        const found = [];
+        cells.forEach((c, i) => c.querySelectorAll('.jp-OutputArea .widget-label, .jp-OutputArea button.jupyter-button')
+            .forEach(e => { if (e.offsetParent !== null && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
+                found.push({cell: i, text: e.textContent.trim().slice(0, 80), width: e.clientWidth, needs: e.scrollWidth}); }));
+        return found;
+    }""")
+
+
 def outputs_text(page) -> list[dict]:
     """Every code cell's output as text (to compare the prose of two runs)."""
     return page.evaluate("""() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map((c, i) => ({
@@ -389,7 +403,7 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip
                    repeat: int = 1, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report = {"notebook": nb, "tracebacks": [], "no_redraw": [], "controls": {}, "invalid_inputs": [],
-              "run_all_seconds": [], "finished": True, "log_messages": 0, "blank_figures": []}
+              "run_all_seconds": [], "finished": True, "log_messages": 0, "blank_figures": [], "cut_labels": []}
     page.goto(f"http://127.0.0.1:{port}/lab/tree/{nb}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar", timeout=60_000)
@@ -417,6 +431,10 @@ def check_notebook(page, port: int, nb: str, out: Path, run_timeout: float, skip
         blank = blank_figures(page)
         if blank:
             report["blank_figures"].append({"run": run, "cells": blank})
+        cut = [c for c in cut_labels(page) if c not in report["cut_labels"]]
+        report["cut_labels"] += cut
+        if cut:
+            log(f"  run {run}: {len(cut)} label(s) cut off: {cut[:5]}")
         log(f"  run {run}: {'finished' if finished else 'NOT FINISHED'} in {seconds} s, "
             f"{len(blank)} blank figure(s) {blank if blank else ''}, "
             f"{len(report['tracebacks'])} traceback(s) so far")
@@ -868,10 +886,11 @@ def main(argv: list[str] | None = None) -> int:
     console_errors = [e for e in console_errors if not any(s in e for s in ignored)]
     summary = [{"notebook": r["notebook"], "run_all_seconds": r["run_all_seconds"], "controls": r["controls"],
                 "tracebacks": len(r["tracebacks"]), "no_redraw": r["no_redraw"], "blank_figures": r["blank_figures"],
-                "console_errors": len(r["console_errors"]), "deck_failed": r.get("deck_failed")} for r in reports]
+                "cut_labels": r.get("cut_labels", []), "console_errors": len(r["console_errors"]),
+                "deck_failed": r.get("deck_failed")} for r in reports]
     print(json.dumps({"summary": summary, "console_errors": console_errors[:20]}, indent=1, ensure_ascii=False))
     bad = (any(r["tracebacks"] or not r["finished"] or r["no_redraw"] or r["blank_figures"] or r.get("deck_failed")
-               or r.get("tabs_left") for r in reports) or bool(console_errors))
+               or r.get("cut_labels") or r.get("tabs_left") for r in reports) or bool(console_errors))
     return 1 if bad else 0
 
 

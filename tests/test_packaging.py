@@ -97,7 +97,8 @@ def _committed(path: Path) -> str:
 
 
 def _chapters() -> list[Path]:
-    chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    """Both editions' chapters (chapters/ and the Korean chapters-ko/)."""
+    chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "chapters-ko").glob("[0-9][0-9]_*.ipynb"))
     assert chapters, "no chapters found"
     return chapters
 
@@ -155,13 +156,18 @@ def test_setup_installs_the_output_filter_and_lab_runs_as_root():
     assert "*.ipynb filter=nbstripout" in attrs and "*.ipynb diff=ipynb" in attrs
     assert "nbstripout" in _pyproject() and "nbstripout" in _conda()
     update = makefile[makefile.index("\nupdate:"):].split("\n\n")[0]   # git add -u refreshes git's view, then pull
-    assert update.index("git add -u chapters/") < update.index("git pull --ff-only")
+    assert update.index("git add -u $(EDITIONS)") < update.index("git pull --ff-only")
+    assert re.search(r"^EDITIONS +:= chapters/ chapters-ko/$", makefile, re.MULTILINE)
     assert '[ "$$(id -u)" = 0 ] && echo --allow-root' in makefile
     lab = re.search(r"^lab: .*\n\t(.*)$", makefile, re.MULTILINE).group(1)
     assert "$(ALLOW_ROOT)" in lab and "$(LAB_ARGS)" in lab
     # make test runs nbval on the chapters as committed (or saved), as nbval's users write it
     test_rule = makefile[makefile.index("\ntest:"):]
-    assert "$(NBVAL_ARGS) chapters/" in test_rule.split("\n\n")[0]
+    assert "$(NBVAL_ARGS) $(EDITIONS)" in test_rule.split("\n\n")[0]
+    lab_ko = re.search(r"^lab-ko: .*\n\t(.*)$", makefile, re.MULTILINE).group(1)
+    assert lab_ko.endswith("chapters-ko/") and "$(ALLOW_ROOT)" in lab_ko
+    slides = makefile[makefile.index("\nslides:"):].split("\n\n")[0]
+    assert "chapters/*.ipynb --out build/slides\n" in slides and "chapters-ko/*.ipynb --out build/slides/ko" in slides
 
 
 def _use_course_filter(repo: Path) -> None:

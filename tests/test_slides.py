@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import nbformat
@@ -95,3 +96,32 @@ def test_vendor_install_is_idempotent(tmp_path):
     assert install_vendor(tmp_path) == first
     assert (first / "plotly.min.js").stat().st_mtime_ns == stamp
     assert (first / "reveal.js" / "plugin" / "notes" / "notes.js").is_file()
+
+
+def test_a_korean_deck_speaks_korean(tmp_path):
+    """A chapter of ``chapters-ko/`` exports with ``<html lang="ko">`` and the deck's own words in Korean;
+    the English deck stays English."""
+    from labsupport.slides import edition_language
+
+    src = _deck_source(tmp_path)
+    ko_dir = tmp_path / "chapters-ko"
+    ko_dir.mkdir()
+    ko_src = ko_dir / src.name
+    ko_src.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    assert (edition_language(src), edition_language(ko_src)) == ("en", "ko")
+    en_html = export(src, tmp_path / "slides", execute=False).read_text(encoding="utf-8")
+    ko_html = export(ko_src, tmp_path / "slides-ko", execute=False).read_text(encoding="utf-8")
+    assert '<html lang="en">' in en_html and '<html lang="ko">' in ko_html
+
+    def has_badge(page: str, text: str) -> bool:        # the template writes it as a JSON string (\u escapes)
+        return json.dumps(text) in page or json.dumps(text, ensure_ascii=False) in page
+
+    assert "run this chapter in JupyterLab" in en_html and has_badge(en_html, "▼ more below")
+    assert "이 장을 JupyterLab에서 실행하면" in ko_html and has_badge(ko_html, "▼ 아래에 더 있음")
+    assert "run this chapter in JupyterLab" not in ko_html
+    kept = tmp_path / "executed"                   # an executed Korean chapter kept elsewhere stays Korean
+    kept.mkdir()
+    nb = nbformat.read(src, 4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell('lm = setup_chapter(seed=0, lang="ko")'))
+    nbformat.write(nb, kept / src.name)
+    assert edition_language(kept / src.name) == "ko"

@@ -23,9 +23,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-import translation as tl  # noqa: E402
+import translation as tl
 
-from labsupport import i18n  # noqa: E402
+from labsupport import i18n
 
 PACKAGE = ROOT / "labsupport"
 CATALOGUE_DIR = PACKAGE / "i18n" / "ko"
@@ -39,12 +39,16 @@ def test_code_skeleton_ignores_strings_and_comments_but_not_code():
     assert tl.code_skeleton(en) != tl.code_skeleton('x = f"{n:.3f} tokens per step"\nprint("a", end="")\n')
     assert tl.code_skeleton(en) != tl.code_skeleton('x = f"{m:.2f} tokens"\nprint("a", end="")\n')
     assert tl.code_skeleton(en) != tl.code_skeleton('x = f"{n:.2f} tokens"\nprint("a", end="", flush=True)\n')
+    assert tl.code_skeleton("print(f\"{'faster' if x else 'slower'}\")") == \
+        tl.code_skeleton("print(f\"{'빠름' if x else '느림'}\")")                     # strings inside an expression
+    assert tl.code_skeleton("print(f\"{'a' if x else 'b'}\")") != tl.code_skeleton("print(f\"{'a' if y else 'b'}\")")
     assert tl.code_skeleton("%timeit f(1)") == tl.code_skeleton("%timeit f(1)  # 시간")
 
 
 def _pair(tmp_path, en_sources, ko_sources, monkeypatch):
     monkeypatch.setattr(tl, "EN_DIR", tmp_path / "en")
     monkeypatch.setattr(tl, "KO_DIR", tmp_path / "ko")
+    monkeypatch.setattr(tl, "BACKUP_DIR", tmp_path / "backup")
     for folder, sources in (("en", en_sources), ("ko", ko_sources)):
         (tmp_path / folder).mkdir()
         nb = nbformat.v4.new_notebook()
@@ -85,10 +89,86 @@ def test_sync_keeps_translations_and_copies_new_cells(tmp_path, monkeypatch):
     assert [c.source for c in nbformat.read(ko, 4).cells] == ["# 한 문장", "x = 1", "y = 2", "# 다른 문장"]
 
 
-def test_stamp_refuses_a_cell_out_of_range(tmp_path, monkeypatch):
-    _, ko = _pair(tmp_path, ["# a b c d"], ["# 가"], monkeypatch)
+def _sources(path):
+    return [c.source for c in nbformat.read(path, 4).cells]
+
+
+def _edit_english(en, change):
+    nb = nbformat.read(en, 4)
+    change(nb.cells)
+    nbformat.write(nb, en)
+
+
+THREE = (["# One sentence here", "x = 1", "# Another sentence here"], ["# 한 문장", "x = 1", "# 다른 문장"])
+
+
+def test_sync_keeps_a_moved_cell(tmp_path, monkeypatch):
+    en, ko = _pair(tmp_path, *THREE, monkeypatch)
+    tl.stamp(ko)
+    _edit_english(en, lambda cells: cells.append(cells.pop(0)))
+    tl.sync(ko)
+    assert _sources(ko) == ["x = 1", "# 다른 문장", "# 한 문장"] and tl.compare(en, ko).ok
+
+
+def test_sync_keeps_a_changed_cell_next_to_a_new_one(tmp_path, monkeypatch):
+    en, ko = _pair(tmp_path, *THREE, monkeypatch)
+    tl.stamp(ko)
+
+    def change(cells):
+        cells[0].source = "# One sentence here, longer"
+        cells.insert(1, nbformat.v4.new_markdown_cell("# A new paragraph here"))
+    _edit_english(en, change)
+    done = tl.sync(ko)
+    assert _sources(ko) == ["# 한 문장", "# A new paragraph here", "x = 1", "# 다른 문장"]
+    report = tl.compare(en, ko)
+    assert report.stale == [0] and report.untranslated == [1] and any("stale" in d for d in done)
+
+
+def test_sync_of_an_unstamped_translation_loses_nothing(tmp_path, monkeypatch):
+    en, ko = _pair(tmp_path, *THREE, monkeypatch)                 # translated, never stamped
+    assert tl.sync(ko) == []                                      # nothing changed, nothing claimed
+    _edit_english(en, lambda cells: cells.append(nbformat.v4.new_code_cell("y = 2")))
+    tl.sync(ko)
+    assert _sources(ko) == ["# 한 문장", "x = 1", "# 다른 문장", "y = 2"]
+
+
+def test_sync_saves_a_removed_translation(tmp_path, monkeypatch):
+    en, ko = _pair(tmp_path, *THREE, monkeypatch)
+    tl.stamp(ko)
+    _edit_english(en, lambda cells: cells.pop(2))
+    done = tl.sync(ko)
+    assert _sources(ko) == ["# 한 문장", "x = 1"]
+    backups = list((tmp_path / "backup").glob("*.ipynb"))
+    assert len(backups) == 1 and "# 다른 문장" in _sources(backups[0]) and any("removed" in d for d in done)
+
+
+def test_a_bad_stamp_is_reported_with_its_cell(tmp_path, monkeypatch):
+    en, ko = _pair(tmp_path, *THREE, monkeypatch)
+    tl.stamp(ko)
+    nb = nbformat.read(ko, 4)
+    nb.cells[1].metadata["translation"] = "abc"
+    nbformat.write(nb, ko)
+    report = tl.compare(en, ko)
+    assert any(s.startswith("cell 1: metadata.translation must be") for s in report.structure)
+    tl.sync(ko)                                                   # readable again; the cell is then unstamped
+    assert tl.compare(en, ko).untranslated == [1]
+
+
+def test_stamp_and_start_refuse_what_is_not_theirs(tmp_path, monkeypatch):
+    en, ko = _pair(tmp_path, ["# a b c d"], ["# 가"], monkeypatch)
     with pytest.raises(ValueError, match=r"cells must be in \[0, 0\], got 3"):
         tl.stamp(ko, [3])
+    with pytest.raises(ValueError, match="must not repeat"):
+        tl.stamp(ko, [0, 0])
+    with pytest.raises(TypeError, match="cells must be cell indices"):
+        tl.stamp(ko, [True])
+    with pytest.raises(ValueError, match="the notebook to stamp must be a chapter NN_\\*.ipynb in"):
+        tl.stamp(en)                                              # the English edition is never stamped
+    assert "translation" not in nbformat.read(en, 4).cells[0].metadata
+    with pytest.raises(ValueError, match="the chapter to start must be a chapter"):
+        tl.start(tmp_path / "elsewhere" / "12_new.ipynb")
+    with pytest.raises(ValueError, match="exists; use sync"):
+        tl.start(en)
 
 
 # ------------------------------------------------------------------------ the chapters
@@ -126,7 +206,7 @@ def _glossary() -> list[tuple[str, str]]:
 def _prose(nb) -> str:
     """The markdown of a notebook without code spans, code blocks and math."""
     text = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    return re.sub(r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$", " ", text, flags=re.S)
+    return re.sub(r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$", " ", text, flags=re.DOTALL)
 
 
 def test_glossary_is_well_formed():
@@ -143,7 +223,7 @@ def test_glossary_terms_are_used_with_the_english_at_first_use(en, ko):
     rows = _glossary()
     problems = []
     for term, ko_term in rows:
-        if not re.search(rf"\b{re.escape(term)}(s|es)?\b", english, flags=re.I):
+        if not re.search(rf"\b{re.escape(term)}(s|es)?\b", english, flags=re.IGNORECASE):
             continue
         masked = korean                              # a longer term containing this one is not a use of it
         for _, longer in rows:
@@ -162,15 +242,16 @@ def test_glossary_terms_are_used_with_the_english_at_first_use(en, ko):
 
 # ------------------------------------------------------------------------ the package's words
 def _tr_calls() -> dict[str, list[str]]:
-    """Every literal message passed to ``tr(...)`` in the package → the files that show it."""
+    """Every literal message passed to ``tr(...)`` or marked with ``N_(...)`` in the package → where it is."""
     found: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if CATALOGUE_DIR in path.parents:
+        if CATALOGUE_DIR in path.parents or path == PACKAGE / "i18n" / "__init__.py":   # the mechanism itself
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "tr":
+            name = getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
+            if name in ("tr", "N_"):            # tr_marked(x) translates what an N_("...") marked
                 assert node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str), \
-                    f"{path.relative_to(ROOT)}:{node.lineno}: tr() takes the English text as a literal"
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {name}() takes the English text as a literal"
                 found.setdefault(node.args[0].value, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return found
 
@@ -221,6 +302,10 @@ def test_language_switch_and_fallback(monkeypatch):
         assert i18n.tr(msg) == ko[msg] != msg
         i18n.set_language("en")
         assert i18n.tr(msg) == msg
+        with pytest.raises(ValueError, match=r"message '\{n\} of \{m\}' needs the field 'm'; given \['n'\]"):
+            i18n.tr("{n} of {m}", n=1)
+        with pytest.raises(TypeError):
+            i18n.catalogue("ko")[msg] = "x"                     # read-only: no panel's words change behind its back
         with pytest.raises(ValueError, match=r"lang must be one of \('en', 'ko'\), got 'fr'"):
             i18n.set_language("fr")
         with pytest.raises(TypeError, match="lang must be a str"):
@@ -233,3 +318,14 @@ def test_language_switch_and_fallback(monkeypatch):
             i18n.get_language()
     finally:
         i18n._language = before
+
+
+def test_language_block_restores_and_setup_chapter_validates_lang():
+    before = i18n.get_language()
+    with i18n.language("ko"):
+        assert i18n.get_language() == "ko"
+    assert i18n.get_language() == before
+    from labsupport.lab import setup_chapter
+    with pytest.raises(ValueError, match=r"lang must be one of \('en', 'ko'\), got 'kr'"):
+        setup_chapter(lang="kr", verbose=False)
+    assert i18n.get_language() == before

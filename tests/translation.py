@@ -24,8 +24,10 @@ import copy
 import difflib
 import hashlib
 import io
+import itertools
 import re
 import sys
+import time
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +52,18 @@ def _fstring_fields(token: str) -> list[str]:
         node = ast.parse(token, mode="eval").body
     except SyntaxError:
         return [token]
-    return [ast.dump(v.value) + f"!{v.conversion}" + (ast.dump(v.format_spec) if v.format_spec else "")
-            for v in ast.walk(node) if isinstance(v, ast.FormattedValue)]
+    fields = [v for v in ast.walk(node) if isinstance(v, ast.FormattedValue)]
+    for v in fields:                       # a string inside an expression ({'faster' if …}) may be translated
+        for sub in ast.walk(v.value):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                sub.value = "<str>"
+    return [_dump_fstring_field(v) for v in fields]
+
+
+def _dump_fstring_field(v: ast.FormattedValue) -> str:
+    value = ast.dump(v.value) if not isinstance(v.value, ast.JoinedStr) else "<fstr>"
+    spec = ast.dump(v.format_spec) if v.format_spec else ""
+    return f"{value}!{v.conversion}{spec}"
 
 
 def code_skeleton(source: str) -> list[str]:
@@ -89,7 +101,7 @@ def code_skeleton(source: str) -> list[str]:
 
 def _prose_words(markdown: str) -> int:
     """English words (3+ letters) of a markdown cell outside code spans, math and links' targets."""
-    text = re.sub(r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)|<[^>]+>", " ", markdown, flags=re.S)
+    text = re.sub(r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)|<[^>]+>", " ", markdown, flags=re.DOTALL)
     return len(re.findall(r"\b[A-Za-z]{3,}\b", text))
 
 
@@ -130,6 +142,21 @@ class Report:
         return out
 
 
+def stamp_of(cell, where: str = "") -> str | None:
+    """The English hash a Korean cell records (``metadata.translation.en``), or None when it has none.
+
+    Raises:
+        ValueError: the record is there but not ``{"en": "<12 hex digits>"}`` (``where`` names the cell).
+    """
+    record = cell.get("metadata", {}).get(KEY)
+    if record is None:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("en"), str) or \
+            not re.fullmatch(r"[0-9a-f]{12}", record["en"]):
+        raise ValueError(f"{where}metadata.{KEY} must be {{'en': '<12 hex digits>'}}, got {record!r}")
+    return record["en"]
+
+
 def compare(en_path: Path, ko_path: Path) -> Report:
     """Compare an English chapter with its Korean edition (see the module's docstring)."""
     report = Report(en_path.name)
@@ -152,7 +179,11 @@ def compare(en_path: Path, ko_path: Path) -> Report:
             report.structure.append(f"cell {i}: metadata differs ({_meta(e)} vs {_meta(k)})")
         if e.cell_type == "code" and code_skeleton(e.source) != code_skeleton(k.source):
             report.code.append(i)
-        stamp = k.get("metadata", {}).get(KEY, {}).get("en")
+        try:
+            stamp = stamp_of(k, f"cell {i}: ")
+        except ValueError as err:
+            report.structure.append(str(err))
+            continue
         if stamp is None:
             report.untranslated.append(i)
         elif stamp != source_hash(e.source):
@@ -167,27 +198,50 @@ def chapter_pairs() -> list[tuple[Path, Path]]:
     return [(p, KO_DIR / p.name) for p in sorted(EN_DIR.glob("[0-9][0-9]_*.ipynb"))]
 
 
+def _chapter_in(path: Path, folder: Path, what: str) -> Path:
+    """``path`` when it is a chapter (``NN_*.ipynb``) directly in ``folder``; else a ValueError."""
+    path = Path(path)
+    if path.resolve().parent != folder.resolve() or not re.fullmatch(r"\d\d_.+\.ipynb", path.name):
+        raise ValueError(f"{what} must be a chapter NN_*.ipynb in {folder}, got {path}")
+    return path
+
+
 def stamp(ko_path: Path, cells: list[int] | None = None) -> int:
     """Record, in the Korean cells ``cells`` (default: all), the English text they now translate.
 
-    Returns the number of cells stamped. Raises ``ValueError`` for a cell index out of range or a
-    notebook whose cell count differs from the English (``sync`` first).
+    Returns the number of cells stamped.
+
+    Raises:
+        TypeError: a cell index is not an int.
+        ValueError: ``ko_path`` is not a chapter of ``chapters-ko/``; a cell index out of range or
+            given twice; a notebook whose cell count differs from the English (``sync`` first).
     """
+    ko_path = _chapter_in(ko_path, KO_DIR, "the notebook to stamp")
     en = nbformat.read(EN_DIR / ko_path.name, as_version=4)
     ko = nbformat.read(ko_path, as_version=4)
     if len(en.cells) != len(ko.cells):
         raise ValueError(f"{ko_path.name}: {len(en.cells)} English cells, {len(ko.cells)} Korean; run sync first")
-    todo = range(len(ko.cells)) if cells is None else cells
+    todo = list(range(len(ko.cells))) if cells is None else list(cells)
     for i in todo:
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"cells must be cell indices (int), got {i!r}")
         if not 0 <= i < len(ko.cells):
             raise ValueError(f"cells must be in [0, {len(ko.cells) - 1}], got {i}")
+    if len(set(todo)) != len(todo):
+        raise ValueError(f"cells must not repeat an index, got {todo}")
+    for i in todo:
         ko.cells[i].metadata[KEY] = {"en": source_hash(en.cells[i].source)}
     nbformat.write(ko, ko_path)
     return len(todo)
 
 
 def start(en_path: Path) -> Path:
-    """A new Korean edition of ``en_path``: a copy whose cells are all listed as untranslated."""
+    """A new Korean edition of the chapter ``en_path``: a copy whose cells are all listed as untranslated.
+
+    Raises:
+        ValueError: ``en_path`` is not a chapter of ``chapters/``, or its Korean edition exists.
+    """
+    en_path = _chapter_in(en_path, EN_DIR, "the chapter to start")
     ko_path = KO_DIR / en_path.name
     if ko_path.exists():
         raise ValueError(f"{ko_path} exists; use sync")
@@ -199,41 +253,106 @@ def start(en_path: Path) -> Path:
     return ko_path
 
 
+def _pairs(en_cells, ko_cells) -> dict[int, int]:
+    """English cell index → the Korean cell that translates it, for the cells that can be paired.
+
+    1. Korean cells whose stamp equals the English cell's hash, in order (``difflib``): unchanged cells;
+    2. a stamp that matches an English cell elsewhere: a moved cell;
+    3. between two unchanged anchors, the remaining cells of the same type, in order: changed cells
+       (or cells never stamped).
+    """
+    en_keys = [source_hash(c.source) for c in en_cells]
+    ko_keys = []
+    for j, c in enumerate(ko_cells):
+        try:
+            ko_keys.append(stamp_of(c) or f"unstamped-{j}")
+        except ValueError:
+            ko_keys.append(f"unreadable-{j}")
+    pairs: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, en_keys, ko_keys, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        pairs.update({block.a + d: block.b + d for d in range(block.size)})
+    anchors = sorted(pairs.items())
+    free_ko = {j for j in range(len(ko_cells))} - set(pairs.values())
+    for i, key in enumerate(en_keys):                      # moved: its stamp is elsewhere
+        if i not in pairs:
+            j = next((j for j in sorted(free_ko) if ko_keys[j] == key), None)
+            if j is not None:
+                pairs[i] = j
+                free_ko.discard(j)
+    bounds = [(-1, -1), *anchors, (len(en_cells), len(ko_cells))]
+    for (a0, b0), (a1, b1) in itertools.pairwise(bounds):      # the gaps between unchanged cells
+        en_gap = [i for i in range(a0 + 1, a1) if i not in pairs]
+        ko_gap = [j for j in range(b0 + 1, b1) if j in free_ko]
+        types = difflib.SequenceMatcher(None, [en_cells[i].cell_type for i in en_gap],
+                                        [ko_cells[j].cell_type for j in ko_gap], autojunk=False)
+        for block in types.get_matching_blocks():
+            for d in range(block.size):
+                pairs[en_gap[block.a + d]] = ko_gap[block.b + d]
+                free_ko.discard(ko_gap[block.b + d])
+    return pairs
+
+
+BACKUP_DIR = ROOT / "build" / "translation-backup"
+
+
 def sync(ko_path: Path) -> list[str]:
     """Bring a Korean edition's cells in step with its English source after cells were added,
-    removed or moved: a Korean cell whose English text is unchanged keeps its place by the order
-    of the English; a changed English cell keeps the Korean cell it had (listed as stale); a new
-    English cell is copied untranslated. Metadata follow the English. Returns what it did."""
+    removed, moved or changed (see :func:`_pairs` for how cells are paired). A paired Korean cell
+    keeps its text (``status`` lists it as stale when the English changed); an English cell with
+    no Korean partner is copied untranslated; a Korean cell with no English partner is removed,
+    and the notebook as it was is saved first in ``build/translation-backup/``, so no translation
+    is ever lost. Metadata follow the English. Returns what it did, one line per change.
+
+    Raises:
+        ValueError: ``ko_path`` is not a chapter of ``chapters-ko/``.
+    """
+    ko_path = _chapter_in(ko_path, KO_DIR, "the notebook to sync")
     en = nbformat.read(EN_DIR / ko_path.name, as_version=4)
     ko = nbformat.read(ko_path, as_version=4)
-    en_keys = [source_hash(c.source) for c in en.cells]
-    ko_keys = [c.metadata.get(KEY, {}).get("en", f"none-{i}") for i, c in enumerate(ko.cells)]
-    cells, done = [], []
-    for op, e0, e1, k0, k1 in difflib.SequenceMatcher(None, en_keys, ko_keys, autojunk=False).get_opcodes():
-        if op == "equal" or (op == "replace" and e1 - e0 == k1 - k0):
-            pairs = list(zip(range(e0, e1), range(k0, k1)))
-            cells += [(i, ko.cells[j]) for i, j in pairs]
-            if op == "replace":
-                done += [f"cell {i}: English changed, Korean kept (stale)" for i, _ in pairs]
-        else:
-            cells += [(i, copy.deepcopy(en.cells[i])) for i in range(e0, e1)]
-            done += [f"cell {i}: new in English, copied untranslated" for i in range(e0, e1)]
-            done += [f"Korean cell {j}: no English cell any more, removed" for j in range(k0, k1)]
+    before = nbformat.writes(ko)
+    pairs = _pairs(en.cells, ko.cells)
+    done: list[str] = []
     aligned = []
-    for i, cell in cells:
-        if cell.cell_type != en.cells[i].cell_type:
-            cell = copy.deepcopy(en.cells[i])
-            done.append(f"cell {i}: cell type changed, copied untranslated")
-        keep = cell.metadata.get(KEY)
-        cell.metadata = copy.deepcopy(en.cells[i].metadata)
-        cell.metadata.pop(KEY, None)
-        if keep:
-            cell.metadata[KEY] = keep
-        if "id" in en.cells[i]:
-            cell["id"] = en.cells[i]["id"]
+    for i, e in enumerate(en.cells):
+        j = pairs.get(i)
+        if j is None:
+            cell = copy.deepcopy(e)
+            cell.metadata.pop(KEY, None)
+            done.append(f"cell {i}: new in English, copied untranslated")
+        else:
+            cell = ko.cells[j]
+            if j != i:
+                done.append(f"cell {i}: the Korean cell {j} moved here")
+            try:
+                old = stamp_of(cell)
+            except ValueError:
+                old = None
+                cell.metadata.pop(KEY, None)
+                done.append(f"cell {i}: unreadable metadata.{KEY} removed (stamp it after checking)")
+            if old is not None and old != source_hash(e.source):
+                done.append(f"cell {i}: English changed, Korean kept (stale: re-translate, then stamp)")
+            keep = cell.metadata.get(KEY)
+            cell.metadata = copy.deepcopy(e.metadata)
+            cell.metadata.pop(KEY, None)
+            if keep:
+                cell.metadata[KEY] = keep
+        if "id" in e:
+            cell["id"] = e["id"]
         aligned.append(cell)
+    dropped = sorted(set(range(len(ko.cells))) - set(pairs.values()))
+    for j in dropped:
+        first = (ko.cells[j].source.strip().splitlines() or [""])[0][:60]
+        done.append(f"Korean cell {j} has no English cell any more, removed: {first!r}")
     ko.cells = aligned
-    nbformat.write(ko, ko_path)
+    after = nbformat.writes(ko)
+    if after != before:
+        if dropped:
+            BACKUP_DIR.mkdir(parents=True, exist_ok=True)
+            backup = BACKUP_DIR / f"{ko_path.stem}.{time.strftime('%Y%m%d-%H%M%S')}.ipynb"
+            backup.write_text(before, encoding="utf-8")
+            done.append(f"the notebook as it was: {backup}")
+        nbformat.write(ko, ko_path)
     return done
 
 
@@ -249,6 +368,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("notebook", type=Path)
     p.add_argument("--cells", type=int, nargs="+", help="cell indices (default: every cell)")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+
+
+def _run(args) -> int:
     if args.command == "status":
         reports = [compare(en, ko) for en, ko in chapter_pairs()]
         extra = sorted({p.name for p in KO_DIR.glob("*.ipynb")} - {r.name for r in reports})

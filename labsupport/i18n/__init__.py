@@ -19,8 +19,11 @@ that, by the environment variable ``LABSUPPORT_LANG`` (``en`` or ``ko``; default
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 
 #: The languages the package speaks; English is the source.
 LANGUAGES = ("en", "ko")
@@ -63,16 +66,32 @@ def get_language() -> str:
     return _check_language(os.environ.get(ENV_VAR, "en") or "en", f"${ENV_VAR}")
 
 
-def catalogue(lang: str) -> dict[str, str]:
-    """The message dictionary of ``lang`` (English → ``lang``); ``{}`` for English.
+@contextlib.contextmanager
+def language(lang: str):
+    """``with language("ko"): ...`` — :func:`tr` speaks ``lang`` inside the block, as before after it.
+
+    Raises:
+        TypeError, ValueError: as :func:`set_language`.
+    """
+    global _language
+    before = _language
+    set_language(lang)
+    try:
+        yield lang
+    finally:
+        _language = before
+
+
+def catalogue(lang: str) -> Mapping[str, str]:
+    """The messages of ``lang`` (English → ``lang``), read-only; empty for English.
 
     Raises:
         TypeError, ValueError: as :func:`set_language`.
     """
     _check_language(lang, "lang")
     if lang == "en":
-        return {}
-    return importlib.import_module(f"{__name__}.{lang}").MESSAGES
+        return MappingProxyType({})
+    return MappingProxyType(importlib.import_module(f"{__name__}.{lang}").MESSAGES)
 
 
 def tr(message: str, /, **fields) -> str:
@@ -88,13 +107,30 @@ def tr(message: str, /, **fields) -> str:
 
     Raises:
         TypeError: ``message`` is not a str.
-        KeyError: a field of the message is not given.
+        ValueError: a field of the message is not given (the message and the field are named).
     """
     if not isinstance(message, str):
         raise TypeError(f"message must be a str, got {type(message).__name__}")
     lang = get_language()
     text = message if lang == "en" else catalogue(lang).get(message, message)
-    return text.format(**fields) if fields else text
+    if not fields:
+        return text
+    try:
+        return text.format(**fields)
+    except KeyError as err:
+        raise ValueError(f"message {message!r} needs the field {err.args[0]!r}; given {sorted(fields)}") from None
 
 
-__all__ = ["LANGUAGES", "catalogue", "get_language", "set_language", "tr"]
+def N_(message: str, /) -> str:
+    """Mark ``message`` for translation where it is *stored* (a table of cases, a constant) and return it
+    unchanged; :func:`tr_marked` translates it where it is *shown*. (gettext's ``gettext_noop``.)
+    The test of the catalogue collects the literals of ``N_(...)`` like those of :func:`tr`."""
+    return message
+
+
+def tr_marked(message: str, /, **fields) -> str:
+    """:func:`tr` for a message that is not a literal here but was marked with :func:`N_` where it is defined."""
+    return tr(message, **fields)
+
+
+__all__ = ["LANGUAGES", "N_", "catalogue", "get_language", "language", "set_language", "tr", "tr_marked"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..i18n import tr
+
 #: Request states drawn on a timeline, in legend order.
 STATES = ("not arrived", "waiting", "prefill", "decode", "swapped", "finished")
 
@@ -100,7 +102,7 @@ def frame_from_snapshot(snap, cached_blocks: Sequence[int] = (), label: str | No
     sched = dict(snap.scheduled_tokens)
     return {"block_tables": {k: list(v) for k, v in snap.block_tables.items()}, "num_slots": dict(snap.num_slots),
             "ref_counts": list(snap.ref_counts), "cached_blocks": list(cached_blocks),
-            "label": label or f"step {snap.step}", "waiting": list(snap.waiting), "running": list(sched),
+            "label": label or tr("step {n}", n=snap.step), "waiting": list(snap.waiting), "running": list(sched),
             "prefill": [r for r, n in sched.items() if n > 1], "swapped": list(snap.swapped),
             "finished": list(snap.finished), "preempted": list(snap.preempted), "scheduled_tokens": sched,
             "num_free_blocks": snap.num_free_blocks, "time": snap.time}

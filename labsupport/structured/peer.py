@@ -13,20 +13,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ..i18n import N_, tr, tr_marked
 from .automaton import compile_tree
 from .json_schema import schema_to_tree
 
 #: (label, schema, an invalid instance) — each instance violates the schema it sits beside.
 CASES = [
-    ("enum filtered by type", {"type": "string", "enum": ["a", 1]}, 1),
-    ("allOf of two bounds", {"allOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 5}]}, 7),
-    ("not a constant", {"type": "string", "not": {"const": "a"}}, "a"),
-    ("overlapping oneOf", {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "ab"),
-    ("date on Feb 29 of 2023", {"type": "string", "format": "date"}, "2023-02-29"),
-    ("multipleOf", {"type": "integer", "multipleOf": 7}, 8),
-    ("exclusiveMaximum", {"type": "integer", "exclusiveMaximum": 10}, 10),
-    ("anchored pattern", {"type": "string", "pattern": "^ab+$"}, "xab"),
-    ("uniqueItems", {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [1, 1]),
+    (N_("enum filtered by type"), {"type": "string", "enum": ["a", 1]}, 1),
+    (N_("allOf of two bounds"), {"allOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 5}]}, 7),
+    (N_("not a constant"), {"type": "string", "not": {"const": "a"}}, "a"),
+    (N_("overlapping oneOf"), {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "ab"),
+    (N_("date on Feb 29 of 2023"), {"type": "string", "format": "date"}, "2023-02-29"),
+    (N_("multipleOf"), {"type": "integer", "multipleOf": 7}, 8),
+    (N_("exclusiveMaximum"), {"type": "integer", "exclusiveMaximum": 10}, 10),
+    (N_("anchored pattern"), {"type": "string", "pattern": "^ab+$"}, "xab"),
+    (N_("uniqueItems"), {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [1, 1]),
 ]
 
 
@@ -44,6 +45,29 @@ class PeerRow:
     invalid: object
     ours: str
     xgrammar: str
+
+    @property
+    def label_shown(self) -> str:
+        """:attr:`label` in the reader's language (:mod:`labsupport.i18n`)."""
+        return tr_marked(self.label)
+
+    @property
+    def ours_shown(self) -> str:
+        """:attr:`ours` in the reader's language."""
+        return _shown(self.ours)
+
+    @property
+    def xgrammar_shown(self) -> str:
+        """:attr:`xgrammar` in the reader's language."""
+        return _shown(self.xgrammar)
+
+
+def _shown(verdict: str) -> str:
+    """A verdict of :func:`compare` (English: the code tests its first word) as the reader reads it."""
+    if verdict.startswith("refuses the schema ("):
+        return tr("refuses the schema ({why})", why=verdict[len("refuses the schema ("):-1])
+    return {"ACCEPTS the invalid instance": tr("ACCEPTS the invalid instance"), "rejects it": tr("rejects it"),
+            "not installed": tr("not installed")}.get(verdict, verdict)
 
 
 def _compact(value) -> str:

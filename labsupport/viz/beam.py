@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..beam import BeamSearchResult, length_normalised_score
+from ..i18n import tr
 from ..validation import check_int
 from .style import FONT
 
@@ -22,8 +23,21 @@ def display_text(text: str) -> str:
     return text.replace("\r", "").replace("\n", "⏎")
 
 
-#: Trace names of :func:`beam_tree_figure`, in order.
+#: Trace names of :func:`beam_tree_figure`, in order (in English; :func:`tree_trace_names` gives
+#: them in the current language).
 TREE_TRACES = ("pruned edges", "beam edges", "best path", "pruned", "beam", "finished", "prompt")
+
+
+def tree_trace_names() -> dict[str, str]:
+    """:data:`TREE_TRACES` → the name shown in the legend, in the current language."""
+    return {"pruned edges": tr("pruned edges"), "beam edges": tr("beam edges"), "best path": tr("best path"),
+            "pruned": tr("pruned"), "beam": tr("beam"), "finished": tr("finished"), "prompt": tr("prompt")}
+
+
+def _status_text(status: str) -> str:
+    """A node's status (``"kept"``, ``"pruned"``, ``"finished"``, ``"root"``) as the hover text says it."""
+    shown = {"kept": tr("kept"), "pruned": tr("pruned"), "finished": tr("finished"), "root": tr("root")}
+    return shown.get(status, status)
 
 
 def _visible_nodes(result: BeamSearchResult, max_children: int) -> list[int]:
@@ -104,7 +118,7 @@ def _plan_labels(depth: int, interior: Sequence[tuple[str, str]], last: Sequence
 
 
 def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str | None = None,
-                     prompt_label: str = "prompt", width: int | None = None) -> go.Figure:
+                     prompt_label: str | None = None, width: int | None = None) -> go.Figure:
     """The search tree: nodes are partial hypotheses labelled with their token and cumulative log₂ p.
 
     Live beams are blue, pruned candidates faded grey, finished hypotheses green squares (EOS)
@@ -118,8 +132,8 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
         result: a :class:`~labsupport.beam.BeamSearchResult`.
         max_children: children drawn per expanded beam besides the kept/finished ones (≥ 1).
         title: figure title (default: width, α and the best text).
-        prompt_label: the prompt's text, shown when hovering the root (its last 40 characters);
-            the root's tick on the depth axis reads "prompt".
+        prompt_label: the prompt's text, shown when hovering the root (its last 40 characters;
+            default: the word "prompt"); the root's tick on the depth axis reads "prompt".
         width: figure width in pixels (default: the container's; the labels are then planned
             for 940 px).
 
@@ -161,19 +175,21 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
 
     def hover(i):
         node = nodes[i]
-        extra = ""
+        text = tr("token {token!r} (id {id})<br>log₂ p(token) = {log2p:.2f}<br>cumulative log₂ p = {cum:.2f}"
+                  "<br>status: {status}", token=node.token, id=node.token_id,
+                  log2p=node.logprob / 0.6931471805599453, cum=node.cum_log2, status=_status_text(node.status))
         if node.score is not None:
-            extra = f"<br>finished ({node.finish_reason}), score {node.score:.3f}"
-        return (f"token {node.token!r} (id {node.token_id})<br>log₂ p(token) = {node.logprob / 0.6931471805599453:.2f}"
-                f"<br>cumulative log₂ p = {node.cum_log2:.2f}<br>status: {node.status}{extra}")
+            text += tr("<br>finished ({reason}), score {score:.3f}", reason=node.finish_reason, score=node.score)
+        return text
 
+    names = tree_trace_names()
     fig = go.Figure()
     for name, ids, colour, line_width, opacity in (
             ("pruned edges", groups["pruned"], COLOURS["pruned"], 1, 0.5),
             ("beam edges", groups["beam"] + groups["finished"], COLOURS["kept"], 2.5, 1.0),
             ("best path", best_edges, COLOURS["best"], 6, 0.85)):
         xs, ys = edges(ids)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, opacity=opacity, hoverinfo="skip",
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=names[name], opacity=opacity, hoverinfo="skip",
                                  line={"color": colour, "width": line_width}, showlegend=name == "best path"))
     for name, ids, colour, opacity in (("pruned", groups["pruned"], COLOURS["pruned"], 0.55),
                                        ("beam", groups["beam"], COLOURS["kept"], 1.0),
@@ -182,26 +198,29 @@ def beam_tree_figure(result: BeamSearchResult, max_children: int = 3, title: str
             if name == "finished" else "circle"
         line_w = [4 if i in best else 1 for i in ids]
         fig.add_trace(go.Scatter(
-            x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", name=name,
+            x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", name=names[name],
             opacity=opacity, text=["" if name == "pruned" else text_of[i] for i in ids], textposition="middle right",
             textfont={"size": plan["size"], "color": "#111111"},
             hovertext=[hover(i) for i in ids], hoverinfo="text",
             marker={"size": 13 if name != "pruned" else 9, "color": colour, "symbol": symbols,
                         "line": {"color": [COLOURS["best"] if i in best else "white" for i in ids], "width": line_w}}))
+    prompt_label = tr("prompt") if prompt_label is None else prompt_label
     short = prompt_label if len(prompt_label) <= 40 else "…" + prompt_label[-39:]
-    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers", name="prompt", hoverinfo="text",
-                             hovertext=[f"prompt: “{display_text(short)}”"],
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers", name=names["prompt"], hoverinfo="text",
+                             hovertext=[tr("prompt: “{text}”", text=display_text(short))],
                              marker={"size": 15, "color": COLOURS["root"]}, showlegend=False))
     if title is None and result.hypotheses:
         b = result.best
-        title = (f"Beam search, B = {result.beam_width}, α = {result.length_penalty:g}: best "
-                 f"“{display_text(b.text)}” (Σ log₂ p = {b.log2prob:.1f}, score Σ ln p / len^α = {b.score:.2f})")
+        title = tr("Beam search, B = {width}, α = {alpha:g}: best “{text}” "
+                   "(Σ log₂ p = {bits:.1f}, score Σ ln p / len^α = {score:.2f})",
+                   width=result.beam_width, alpha=result.length_penalty, text=display_text(b.text),
+                   bits=b.log2prob, score=b.score)
     fig.update_layout(title={"text": title, "font": {"size": 17}}, font=FONT, template="plotly_white",
                       height=max(380, ROW_PX * rows + 140), width=width, margin=MARGIN,
                       legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
                       hovermode="closest")
-    fig.update_xaxes(title="generated tokens (depth)", range=plan["x_range"], tickvals=list(range(depth + 1)),
-                     ticktext=["prompt"] + [str(d) for d in range(1, depth + 1)], zeroline=False)
+    fig.update_xaxes(title=tr("generated tokens (depth)"), range=plan["x_range"], tickvals=list(range(depth + 1)),
+                     ticktext=[tr("prompt")] + [str(d) for d in range(1, depth + 1)], zeroline=False)
     fig.update_yaxes(visible=False, range=[-(rows / 2) - 0.5, rows / 2 + 0.5])
     return fig
 
@@ -231,15 +250,15 @@ def length_penalty_figure(candidates: Sequence[tuple[str, float, int]],
         top = [max(col) for col in zip(*scores)]
         scores = [[v - t for v, t in zip(row, top)] for row in scores]
     for (label, _, length), ys in zip(candidates, scores):
-        fig.add_trace(go.Scatter(x=alphas, y=ys, mode="lines", name=f"{display_text(label)} (len {length})",
+        fig.add_trace(go.Scatter(x=alphas, y=ys, mode="lines", name=tr("{label} (len {length})", label=display_text(label), length=length),
                                  line={"width": 3}))
     if marked_alpha is not None:
         fig.add_vline(x=marked_alpha, line={"dash": "dash", "color": "#555555"})
-    fig.update_layout(title={"text": "Length normalisation: score = Σ log p / len^α", "font": {"size": 17}},
+    fig.update_layout(title={"text": tr("Length normalisation: score = Σ log p / len^α"), "font": {"size": 17}},
                       font=FONT, template="plotly_white", height=420, legend={"font": {"size": 14}})
-    fig.update_xaxes(title="length penalty α")
+    fig.update_xaxes(title=tr("length penalty α"))
     if relative:
-        fig.update_yaxes(title="score − best score at this α", range=[-1.5, 0.1])
+        fig.update_yaxes(title=tr("score − best score at this α"), range=[-1.5, 0.1])
     else:
-        fig.update_yaxes(title="score (nats per len^α)")
+        fig.update_yaxes(title=tr("score (nats per len^α)"))
     return fig

@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..i18n import tr
 from ..validation import check_int
 from .style import style
 
@@ -41,6 +42,22 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return style(fig, title, height, left=70)
 
 
+def _policy_name(name: str) -> str:
+    """The allocator's name as the reader reads it (``"contiguous"``, ``"paged"``; others as given)."""
+    return {"contiguous": tr("contiguous"), "paged": tr("paged")}.get(name, name)
+
+
+def _counters_text(name: str, c: Mapping) -> str:
+    """One memory's headline: ``<b>paged</b>: running 5, queued 0, waste 3 %, done 12``."""
+    return tr("<b>{name}</b>: running {running}, queued {queued}, waste {waste:.0f} %, done {done}",
+              name=_policy_name(name), running=c["running"], queued=c["queued"], waste=100 * c["waste"],
+              done=c["completed"])
+
+
+def _grid_title(step: int) -> str:
+    return tr("KV memory at step {step}: one cell = one token slot (dark = KV, light = held but empty)", step=step)
+
+
 # ----------------------------------------------------------------------------- memory grids
 
 def memory_image(owner: np.ndarray, used: np.ndarray, columns: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -61,14 +78,14 @@ def memory_image(owner: np.ndarray, used: np.ndarray, columns: int = 64) -> tupl
         raise ValueError(f"columns must divide memory_tokens={owner.size}, got {columns}")
     img = np.full((owner.size, 3), 255.0)
     text = np.empty(owner.size, dtype=object)
-    text[:] = "free"
+    text[:] = tr("free")
     for rid in np.unique(owner[owner >= 0]):
         base = request_colour(int(rid))
         mine = owner == rid
         img[mine & used] = _rgb(base)
         img[mine & ~used] = _rgb(_light(base))
-    for i in np.flatnonzero(owner >= 0):
-        text[i] = f"request {owner[i]} · {'KV' if used[i] else 'empty (held)'}"
+        text[mine & used] = tr("request {rid} · KV", rid=rid)
+        text[mine & ~used] = tr("request {rid} · empty (held)", rid=rid)
     rows = owner.size // columns
     return img.reshape(rows, columns, 3).astype(np.uint8), text.reshape(rows, columns)
 
@@ -99,24 +116,19 @@ def fragmentation_figure(grids: Mapping[str, tuple[np.ndarray, np.ndarray]], cou
         block_sizes: per policy, its block size; white lines are drawn between blocks.
     """
     names = list(grids)
-    titles = []
-    for name in names:
-        c = counters[name]
-        titles.append(f"<b>{name}</b>: running {c['running']}, queued {c['queued']}, "
-                      f"waste {100 * c['waste']:.0f} %, done {c['completed']}")
+    titles = [_counters_text(name, counters[name]) for name in names]
     fig = make_subplots(rows=len(names), cols=1, subplot_titles=titles, vertical_spacing=0.12)
     for i, name in enumerate(names, start=1):
         img, text = memory_image(*grids[name], columns=columns)
-        fig.add_trace(go.Image(z=img, text=text, hovertemplate="slot row %{y}, col %{x}<br>%{text}<extra></extra>",
-                               name=name), row=i, col=1)
+        fig.add_trace(go.Image(z=img, text=text, hovertemplate=tr("slot row %{y}, col %{x}<br>%{text}<extra></extra>"),
+                               name=_policy_name(name)), row=i, col=1)
         fig.update_xaxes(showticklabels=False, row=i, col=1)
         fig.update_yaxes(showticklabels=False, row=i, col=1)
         for x0, y0, x1, y1 in block_boundaries((block_sizes or {}).get(name, 1), img.shape[0] * columns, columns):
             fig.add_shape(type="line", x0=x0, y0=y0, x1=x1, y1=y1, line={"color": "white", "width": 2}, row=i, col=1)
     fig.update_annotations(font={"size": 16})
     rows = grids[names[0]][0].size // columns
-    return _layout(fig, f"KV memory at step {step}: one cell = one token slot (dark = KV, light = held but empty)",
-                   height=160 + len(names) * (rows * 14 + 60))
+    return _layout(fig, _grid_title(step), height=160 + len(names) * (rows * 14 + 60))
 
 
 def fragmentation_counters_figure(series: Mapping[str, Mapping[str, Sequence[float]]], step: int | None = None) -> go.Figure:
@@ -127,8 +139,8 @@ def fragmentation_counters_figure(series: Mapping[str, Mapping[str, Sequence[flo
             one value per step.
         step: draw a vertical marker at this step.
     """
-    panels = (("running", "running requests"), ("queued", "queued requests"),
-              ("waste", "waste of held KV (%)"), ("completed", "completed requests"))
+    panels = (("running", tr("running requests")), ("queued", tr("queued requests")),
+              ("waste", tr("waste of held KV (%)")), ("completed", tr("completed requests")))
     fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in panels], horizontal_spacing=0.1,
                         vertical_spacing=0.18)
     dash = {"contiguous": "dash", "paged": "solid"}
@@ -137,23 +149,23 @@ def fragmentation_counters_figure(series: Mapping[str, Mapping[str, Sequence[flo
         r, c = divmod(k, 2)
         for name, s in series.items():
             y = np.asarray(s[key], dtype=float) * (100 if key == "waste" else 1)
-            fig.add_trace(go.Scatter(y=y, mode="lines", name=name, legendgroup=name, showlegend=k == 0,
+            fig.add_trace(go.Scatter(y=y, mode="lines", name=_policy_name(name), legendgroup=name, showlegend=k == 0,
                                      line={"color": colour.get(name), "dash": dash.get(name, "solid"), "width": 3}),
                           row=r + 1, col=c + 1)
-        fig.update_xaxes(title_text="step", row=r + 1, col=c + 1)
+        fig.update_xaxes(title_text=tr("step"), row=r + 1, col=c + 1)
     if step is not None:
         for k in range(4):
             r, c = divmod(k, 2)
             fig.add_vline(x=step, line={"color": "grey", "dash": "dot"}, row=r + 1, col=c + 1)
     fig.update_annotations(font={"size": 16})
-    return _layout(fig, "Same request stream, two allocators", height=560)
+    return _layout(fig, tr("Same request stream, two allocators"), height=560)
 
 
 # ----------------------------------------------------------------------------- block tables
 
 def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: int,
                        ref_counts: Sequence[int] | None = None, num_tokens: Mapping[str, int] | None = None,
-                       block_size: int | None = None, title: str = "Block tables", columns: int = 16,
+                       block_size: int | None = None, title: str | None = None, columns: int = 16,
                        cached_blocks: Sequence[int] = (), request_ids: Sequence | None = None) -> go.Figure:
     """Logical blocks of each request (left) → physical blocks of the pool (right).
 
@@ -168,7 +180,7 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
         ref_counts: ref count per physical block (computed from the tables when omitted).
         num_tokens: tokens each request holds (for the fill of its last block).
         block_size: tokens per block (with ``num_tokens``: how full the last block is).
-        title: figure title.
+        title: figure title (default: "Block tables", in the reader's language).
         columns: physical blocks per row of the pool drawing.
         cached_blocks: ids of unreferenced blocks that still hold a cached prefix.
         request_ids: rows (and colours) in this order, including requests without blocks
@@ -183,6 +195,8 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
     check_int("columns", columns, 1)
     if block_size is not None:
         check_int("block_size", block_size, 1)
+    if title is None:
+        title = tr("Block tables")
     if not isinstance(title, str):
         raise TypeError(f"title must be a str, got {title!r} ({type(title).__name__})")
     if not isinstance(block_tables, Mapping):
@@ -211,7 +225,8 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
                 refs[b] += 1
     width = max([len(t) for t in block_tables.values()] + [1])
     fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
-                        subplot_titles=("logical blocks → physical block id", f"physical pool ({num_blocks} blocks)"))
+                        subplot_titles=(tr("logical blocks → physical block id"),
+                                        tr("physical pool ({n} blocks)", n=num_blocks)))
     # left: block tables as rows of labelled squares
     xs, ys, colours, labels, hover = [-5], [0], ["white"], [""], [""]   # keeps the trace non-empty
     for row, rid in enumerate(ids):
@@ -222,15 +237,16 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
             shared = refs[b] > 1
             colours.append(SHARED if shared else colour[rid])
             labels.append(str(b))
-            fill = ""
             if num_tokens is not None and block_size:
                 n = min(block_size, num_tokens[rid] - j * block_size)
-                fill = f", {n}/{block_size} slots filled"
-            hover.append(f"{rid}: logical {j} → physical {b} (ref count {refs[b]}{fill})")
+                hover.append(tr("{rid}: logical {j} → physical {b} (ref count {refs}, {n}/{size} slots filled)",
+                                rid=rid, j=j, b=b, refs=refs[b], n=n, size=block_size))
+            else:
+                hover.append(tr("{rid}: logical {j} → physical {b} (ref count {refs})", rid=rid, j=j, b=b, refs=refs[b]))
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=labels, textfont={"color": "white", "size": 14},
                              marker={"symbol": "square", "size": 34, "color": colours, "line": {"color": "white", "width": 1}},
                              hovertext=hover, hoverinfo="text", showlegend=False), row=1, col=1)
-    fig.update_xaxes(title_text="logical block", range=[-0.7, max(width, 4) - 0.3], dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text=tr("logical block"), range=[-0.7, max(width, 4) - 0.3], dtick=1, row=1, col=1)
     fig.update_yaxes(tickvals=list(range(len(ids))), ticktext=[str(r) for r in ids],
                      range=[len(ids) - 0.5, -0.5], row=1, col=1)
     # right: physical pool
@@ -243,21 +259,21 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
         if refs[b] > 1:
             pc.append(SHARED)
             pt.append(f"{b}<br>×{refs[b]}")
-            ph.append(f"block {b}: shared by {refs[b]} sequences")
+            ph.append(tr("block {b}: shared by {n} sequences", b=b, n=refs[b]))
         elif b in owner:
             pc.append(colour[owner[b]])
             pt.append(str(b))
-            ph.append(f"block {b}: {owner[b]}")
+            ph.append(tr("block {b}: {rid}", b=b, rid=owner[b]))
         elif b in cached:
             pc.append("#cfcfcf")
             pt.append(f"{b}<br>c")
             tc[-1] = "#444444"
-            ph.append(f"block {b}: cached prefix (ref count 0, evictable)")
+            ph.append(tr("block {b}: cached prefix (ref count 0, evictable)", b=b))
         else:
             pc.append("#f4f4f4")
             pt.append(str(b))
             tc[-1] = "#aaaaaa"
-            ph.append(f"block {b}: free")
+            ph.append(tr("block {b}: free", b=b))
     fig.add_trace(go.Scatter(x=px_, y=py_, mode="markers+text", text=pt, textfont={"color": tc, "size": 10},
                              marker={"symbol": "square", "size": 24, "color": pc, "line": {"color": "#bbbbbb", "width": 1}},
                              hovertext=ph, hoverinfo="text", showlegend=False), row=1, col=2)
@@ -267,7 +283,7 @@ def block_table_figure(block_tables: Mapping[str, Sequence[int]], num_blocks: in
     for rid in ids:                                              # legend: one entry per request
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=str(rid),
                                  marker={"symbol": "square", "size": 14, "color": colour[rid]}), row=1, col=2)
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="shared (ref > 1)",
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=tr("shared (ref > 1)"),
                              marker={"symbol": "square", "size": 14, "color": SHARED}), row=1, col=2)
     fig.update_annotations(font={"size": 16})
     fig = _layout(fig, title, height=max(360, 120 + 44 * max(len(ids), rows)))
@@ -286,7 +302,8 @@ def block_size_tradeoff_figure(rows: Sequence[Mapping], measured_ms: Mapping[int
         measured_ms: optional ``{block_size: ms per engine step}`` measured on the real engine.
     """
     bs = [r["block_size"] for r in rows]
-    titles = ["waste of held KV (%)", "block-table entries per request"] + (["engine decode step (ms)"] if measured_ms else [])
+    titles = [tr("waste of held KV (%)"), tr("block-table entries per request")] + (
+        [tr("engine decode step (ms)")] if measured_ms else [])
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.1)
     fig.add_trace(go.Scatter(x=bs, y=[100 * r["waste"] for r in rows], mode="lines+markers", showlegend=False,
                              line={"width": 3, "color": "#d62728"}), row=1, col=1)
@@ -299,39 +316,44 @@ def block_size_tradeoff_figure(rows: Sequence[Mapping], measured_ms: Mapping[int
                                  line={"width": 3, "color": "#2ca02c"}), row=1, col=3)
         fig.update_yaxes(rangemode="tozero", row=1, col=3)
     for c in range(1, len(titles) + 1):
-        fig.update_xaxes(type="log", title_text="block size (tokens)", tickvals=bs, row=1, col=c)
-    return _layout(fig, "Block size trade-off", height=430)
+        fig.update_xaxes(type="log", title_text=tr("block size (tokens)"), tickvals=bs, row=1, col=c)
+    return _layout(fig, tr("Block size trade-off"), height=430)
 
 
 def sharing_figure(labels: Sequence[str], blocks_without: Sequence[int], blocks_with: Sequence[int],
-                   title: str = "KV blocks with and without sharing") -> go.Figure:
-    """Grouped bars: physical blocks needed without sharing vs with (copy-on-write / prefix caching)."""
+                   title: str | None = None) -> go.Figure:
+    """Grouped bars: physical blocks needed without sharing vs with (copy-on-write / prefix caching).
+
+    ``title`` defaults to "KV blocks with and without sharing" (in the reader's language).
+    """
+    if title is None:
+        title = tr("KV blocks with and without sharing")
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=list(labels), y=list(blocks_without), name="no sharing", marker_color="#d62728",
+    fig.add_trace(go.Bar(x=list(labels), y=list(blocks_without), name=tr("no sharing"), marker_color="#d62728",
                          text=list(blocks_without), textposition="outside"))
-    fig.add_trace(go.Bar(x=list(labels), y=list(blocks_with), name="shared blocks", marker_color="#1f77b4",
+    fig.add_trace(go.Bar(x=list(labels), y=list(blocks_with), name=tr("shared blocks"), marker_color="#1f77b4",
                          text=list(blocks_with), textposition="outside"))
-    fig.update_layout(barmode="group", yaxis_title="physical blocks")
+    fig.update_layout(barmode="group", yaxis_title=tr("physical blocks"))
     return _layout(fig, title, height=420)
 
 
 def prefix_cache_figure(request_ids: Sequence[str], ttft_off_ms: Sequence[float], ttft_on_ms: Sequence[float],
                         computed_off: Sequence[int], computed_on: Sequence[int]) -> go.Figure:
     """Per request: prefill tokens computed and measured TTFT, without and with prefix caching."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("prefill tokens computed", "TTFT (ms, measured)"),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("prefill tokens computed"), tr("TTFT (ms, measured)")),
                         horizontal_spacing=0.1)
     x = [str(r) for r in request_ids]
     for col, (off, on) in enumerate(((computed_off, computed_on), (ttft_off_ms, ttft_on_ms)), start=1):
-        fig.add_trace(go.Bar(x=x, y=list(off), name="prefix caching off", marker_color="#d62728",
+        fig.add_trace(go.Bar(x=x, y=list(off), name=tr("prefix caching off"), marker_color="#d62728",
                              showlegend=col == 1), row=1, col=col)
-        fig.add_trace(go.Bar(x=x, y=list(on), name="prefix caching on", marker_color="#1f77b4",
+        fig.add_trace(go.Bar(x=x, y=list(on), name=tr("prefix caching on"), marker_color="#1f77b4",
                              showlegend=col == 1), row=1, col=col)
-        fig.update_xaxes(title_text="request (arrival order)", row=1, col=col)
-    fig.update_yaxes(title_text="tokens", row=1, col=1)
+        fig.update_xaxes(title_text=tr("request (arrival order)"), row=1, col=col)
+    fig.update_yaxes(title_text=tr("tokens"), row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=2)
     fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.25})
     fig.update_annotations(font={"size": 16})
-    return _layout(fig, "Prefix caching: a shared system prompt is computed once", height=440)
+    return _layout(fig, tr("Prefix caching: a shared system prompt is computed once"), height=440)
 
 
 def reservation_figure(report) -> go.Figure:
@@ -341,9 +363,9 @@ def reservation_figure(report) -> go.Figure:
         report: a :class:`labsupport.serving_math.ReservationReport`.
     """
     mib = 1024 * 1024
-    names = ["contiguous reservation", "KV actually used", f"paged (block {report.block_size})"]
+    names = [tr("contiguous reservation"), tr("KV actually used"), tr("paged (block {size})", size=report.block_size)]
     values = [report.reserved_bytes / mib, report.used_bytes / mib, report.paged_bytes / mib]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("per request (MB)", "requests that fit in the KV memory"),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("per request (MB)"), tr("requests that fit in the KV memory")),
                         horizontal_spacing=0.15)
     fig.add_trace(go.Bar(x=names, y=values, text=[f"{v:.1f} MB" for v in values], textposition="outside",
                          marker_color=["#d62728", "#2ca02c", "#1f77b4"], showlegend=False), row=1, col=1)
@@ -351,7 +373,7 @@ def reservation_figure(report) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=counts, text=[f"{c:,}" for c in counts], textposition="outside",
                          marker_color=["#d62728", "#2ca02c", "#1f77b4"], showlegend=False), row=1, col=2)
     fig.update_yaxes(title_text="MB", range=[0, max(values) * 1.2], row=1, col=1)
-    fig.update_yaxes(title_text="requests", range=[0, max(counts) * 1.2], row=1, col=2)
+    fig.update_yaxes(title_text=tr("requests"), range=[0, max(counts) * 1.2], row=1, col=2)
     fig.update_annotations(font={"size": 16})
-    return _layout(fig, f"Reserving {report.reserved_tokens} tokens for a request that uses {report.used_tokens}",
-                   height=460)
+    return _layout(fig, tr("Reserving {reserved} tokens for a request that uses {used}",
+                           reserved=report.reserved_tokens, used=report.used_tokens), height=460)

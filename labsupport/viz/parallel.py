@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..i18n import tr
 from ..parallel.cost_model import StepEstimate
 from .style import FONT
 
@@ -27,13 +28,13 @@ def tp_time_figure(labels: Sequence[str], compute_s: Sequence[float], comm_s: Se
     if not labels or not len(labels) == len(compute_s) == len(comm_s):
         raise ValueError("labels, compute_s and comm_s must be non-empty and equally long")
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=list(labels), y=[c * 1e3 for c in compute_s], name="compute", marker_color=BLUE,
+    fig.add_trace(go.Bar(x=list(labels), y=[c * 1e3 for c in compute_s], name=tr("compute"), marker_color=BLUE,
                          text=[f"{c * 1e3:.1f}" for c in compute_s], textposition="inside"))
-    fig.add_trace(go.Bar(x=list(labels), y=[c * 1e3 for c in comm_s], name="all-reduce (communication)",
+    fig.add_trace(go.Bar(x=list(labels), y=[c * 1e3 for c in comm_s], name=tr("all-reduce (communication)"),
                          marker_color=RED, text=[f"{c * 1e3:.1f}" for c in comm_s], textposition="inside"))
     fig.update_layout(barmode="stack", template="plotly_white", font=FONT, height=380,
-                      title={"text": "One decode step of tiny-gpt2, median (ms)", "font": {"size": 17}})
-    fig.update_yaxes(title="milliseconds per decode step")
+                      title={"text": tr("One decode step of tiny-gpt2, median (ms)"), "font": {"size": 17}})
+    fig.update_yaxes(title=tr("milliseconds per decode step"))
     return fig
 
 
@@ -51,16 +52,19 @@ def pipeline_timeline_figure(events: Sequence[Sequence[tuple[float, float]]], ti
         raise ValueError("events must hold at least one interval")
     t0 = min(starts)
     fig = go.Figure()
+    hover = tr("micro-batch {mb}: {start} → +{length} ms", mb="%{text}", start="%{base:.1f}",
+               length="%{x:.1f}") + "<extra></extra>"
     for s, stage in enumerate(events):
+        row = tr("stage {s}", s=s)
         fig.add_trace(go.Bar(
-            y=[f"stage {s}"] * len(stage), x=[(b - a) * 1e3 for a, b in stage], base=[(a - t0) * 1e3 for a, _ in stage],
-            orientation="h", name=f"stage {s}", marker={"color": STAGE_COLOURS[s % len(STAGE_COLOURS)],
+            y=[row] * len(stage), x=[(b - a) * 1e3 for a, b in stage], base=[(a - t0) * 1e3 for a, _ in stage],
+            orientation="h", name=row, marker={"color": STAGE_COLOURS[s % len(STAGE_COLOURS)],
                                                         "line": {"color": "white", "width": 1}},
             text=[f"mb {j}" for j in range(len(stage))], textposition="inside", showlegend=False,
-            hovertemplate="micro-batch %{text}: %{base:.1f} → +%{x:.1f} ms<extra></extra>"))
+            hovertemplate=hover))
     fig.update_layout(template="plotly_white", font=FONT, height=260, barmode="overlay",
-                      title={"text": title or "Pipeline timeline (white space = bubble)", "font": {"size": 17}})
-    fig.update_xaxes(title="milliseconds since the start", rangemode="tozero")
+                      title={"text": title or tr("Pipeline timeline (white space = bubble)"), "font": {"size": 17}})
+    fig.update_xaxes(title=tr("milliseconds since the start"), rangemode="tozero")
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -77,17 +81,17 @@ def bubble_figure(microbatches: Sequence[int], measured: Sequence[float], equal_
         raise ValueError("microbatches, measured and equal_stages must be equally long")
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=list(microbatches), y=list(equal_stages), mode="lines+markers",
-                             name="(p − 1)/(m + p − 1), equal stages", line={"color": GREY, "width": 3, "dash": "dash"}))
+                             name=tr("(p − 1)/(m + p − 1), equal stages"), line={"color": GREY, "width": 3, "dash": "dash"}))
     if measured_stages is not None:
         fig.add_trace(go.Scatter(x=list(microbatches), y=list(measured_stages), mode="lines+markers",
-                                 name="same schedule, measured stage times", line={"color": ORANGE, "width": 2}))
-    fig.add_trace(go.Scatter(x=list(microbatches), y=list(measured), mode="markers+text", name="measured",
+                                 name=tr("same schedule, measured stage times"), line={"color": ORANGE, "width": 2}))
+    fig.add_trace(go.Scatter(x=list(microbatches), y=list(measured), mode="markers+text", name=tr("measured"),
                              text=[f"{b:.2f}" for b in measured], textposition="top right",
                              marker={"size": 13, "color": RED}))
     fig.update_layout(template="plotly_white", font=FONT, height=380,
-                      title={"text": "Pipeline bubble, 2 stages", "font": {"size": 17}})
-    fig.update_xaxes(title="micro-batches m", type="log", tickvals=list(microbatches))
-    fig.update_yaxes(title="idle share of p × makespan", range=[0, 1])
+                      title={"text": tr("Pipeline bubble, 2 stages"), "font": {"size": 17}})
+    fig.update_xaxes(title=tr("micro-batches m"), type="log", tickvals=list(microbatches))
+    fig.update_yaxes(title=tr("idle share of p × makespan"), range=[0, 1])
     return fig
 
 
@@ -100,13 +104,13 @@ def expert_load_figure(load: Sequence[int], experts_per_rank: int) -> go.Figure:
     if not load or experts_per_rank < 1:
         raise ValueError("load must be non-empty and experts_per_rank >= 1")
     mean = sum(load) / len(load)
-    fig = go.Figure(go.Bar(x=[f"expert {e} (rank {e // experts_per_rank})" for e in range(len(load))], y=list(load),
+    fig = go.Figure(go.Bar(x=[tr("expert {e} (rank {rank})", e=e, rank=e // experts_per_rank) for e in range(len(load))], y=list(load),
                            marker_color=[STAGE_COLOURS[(e // experts_per_rank) % 5] for e in range(len(load))],
                            text=list(load), textposition="outside", showlegend=False))
-    fig.add_hline(y=mean, line={"color": GREY, "dash": "dash"}, annotation_text=f"mean {mean:.1f}")
+    fig.add_hline(y=mean, line={"color": GREY, "dash": "dash"}, annotation_text=tr("mean {mean:.1f}", mean=mean))
     fig.update_layout(template="plotly_white", font=FONT, height=360,
-                      title={"text": f"Router load: max / mean = {max(load) / mean:.2f}", "font": {"size": 17}})
-    fig.update_yaxes(title="token copies (top-k)", range=[0, max(load) * 1.2])
+                      title={"text": tr("Router load: max / mean = {ratio:.2f}", ratio=max(load) / mean), "font": {"size": 17}})
+    fig.update_yaxes(title=tr("token copies (top-k)"), range=[0, max(load) * 1.2])
     return fig
 
 
@@ -125,22 +129,22 @@ def cluster_figure(estimates: Sequence[StepEstimate], chosen: StepEstimate, titl
     """
     if not estimates:
         raise ValueError("estimates must hold at least one layout")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("decode step (ms)", "memory per GPU (GB)"),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("decode step (ms)"), tr("memory per GPU (GB)")),
                         horizontal_spacing=0.12)
     xs = [f"TP {e.tp}" for e in estimates]
     outline = [3 if e.tp == chosen.tp else 0 for e in estimates]
-    for name, attr, colour in (("weights read", "weights_s", BLUE), ("KV read", "kv_s", GREEN),
-                               ("TP all-reduce", "tp_comm_s", RED), ("PP hops", "pp_comm_s", ORANGE)):
+    for name, attr, colour in ((tr("weights read"), "weights_s", BLUE), (tr("KV read"), "kv_s", GREEN),
+                               (tr("TP all-reduce"), "tp_comm_s", RED), (tr("PP hops"), "pp_comm_s", ORANGE)):
         fig.add_trace(go.Bar(x=xs, y=[getattr(e, attr) * 1e3 for e in estimates], name=name, marker_color=colour,
                              marker_line={"width": outline, "color": "black"}), row=1, col=1)
-    fig.add_trace(go.Bar(x=xs, y=[e.memory_per_gpu / 1e9 for e in estimates], name="weights + KV per GPU",
+    fig.add_trace(go.Bar(x=xs, y=[e.memory_per_gpu / 1e9 for e in estimates], name=tr("weights + KV per GPU"),
                          marker_color=[PURPLE if e.fits else RED for e in estimates],
                          marker_line={"width": outline, "color": "black"}, showlegend=False), row=1, col=2)
     fig.add_hline(y=chosen.capacity / 1e9, line={"color": "black", "dash": "dash"}, row=1, col=2,
                   annotation_text=f"{chosen.capacity / 1e9:.0f} GB")
     if calibration:
         fig.add_trace(go.Scatter(x=[f"TP {t}" for t in calibration["tp"]], y=list(calibration["measured_ms"]),
-                                 mode="markers", name="measured on this CPU",
+                                 mode="markers", name=tr("measured on this CPU"),
                                  marker={"symbol": "x", "size": 16, "color": "black"}), row=1, col=1)
     fig.update_layout(barmode="stack", template="plotly_white", font=FONT, height=420,
                       title={"text": title, "font": {"size": 16}}, legend={"orientation": "h", "y": -0.15})

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 import torch
 
+from ..i18n import tr
 from .style import LEGEND_TOP, style
 
 COLORS = {"tensor": "#d62728", "channel": "#ff7f0e", "group": "#1f77b4", "none": "#7f7f7f"}
@@ -34,9 +35,9 @@ def format_error_figure(errors: Mapping[str, Mapping[str, float]]) -> go.Figure:
         fig.add_trace(go.Bar(x=list(per_format), y=[max(v, 1e-9) for v in per_format.values()], name=label,
                              marker_color=palette[i % len(palette)],
                              hovertemplate="%{x}: %{y:.2e}<extra>" + label + "</extra>"))
-    fig.update_yaxes(type="log", title="relative error (log)")
-    fig.update_xaxes(title="format")
-    return style(fig, "Rounding error of one real weight matrix, per format and scale granularity", 460,
+    fig.update_yaxes(type="log", title=tr("relative error (log)"))
+    fig.update_xaxes(title=tr("format"))
+    return style(fig, tr("Rounding error of one real weight matrix, per format and scale granularity"), 460,
                  legend=LEGEND_TOP)
 
 
@@ -55,10 +56,11 @@ def outlier_figure(absmax: torch.Tensor, name: str) -> go.Figure:
     ratio = f"{values[0] / median:.0f}×" if median > 0 else "∞×"
     fig = go.Figure(go.Bar(x=list(range(len(values))), y=values, marker_color="#1f77b4", name="max |x|"))
     fig.add_hline(y=median, line_dash="dot", line_color="#d62728",
-                  annotation_text=f"median channel {median:.2f}", annotation_position="top right")
-    fig.update_xaxes(title="hidden channel (sorted by max |x|)")
-    fig.update_yaxes(title="max |activation|")
-    return style(fig, f"Input of {name}: top channel {values[0]:.1f} = {ratio} the median", 420)
+                  annotation_text=tr("median channel {median:.2f}", median=median), annotation_position="top right")
+    fig.update_xaxes(title=tr("hidden channel (sorted by max |x|)"))
+    fig.update_yaxes(title=tr("max |activation|"))
+    return style(fig, tr("Input of {name}: top channel {top:.1f} = {ratio} the median", name=name, top=values[0],
+                         ratio=ratio), 420)
 
 
 def matrix_error_figure(errors: Mapping[str, float], title: str) -> go.Figure:
@@ -85,9 +87,9 @@ def kv_capacity_figure(dtypes: Sequence[str], tokens: Sequence[int], drift: Sequ
         raise ValueError(f"dtypes, tokens and drift must be non-empty and of one length, got {len(dtypes)}, "
                          f"{len(tokens)}, {len(drift)}")
     fig = go.Figure(go.Bar(x=list(dtypes), y=list(tokens), marker_color=["#7f7f7f"] + ["#1f77b4"] * (len(dtypes) - 1),
-                           text=[f"{t:,} tokens<br>max |Δ logit| {d:.2g}" for t, d in zip(tokens, drift)],
+                           text=[tr("{tokens:,} tokens<br>max |Δ logit| {drift:.2g}", tokens=t, drift=d) for t, d in zip(tokens, drift)],
                            textposition="outside"))
-    fig.update_yaxes(title="tokens that fit", range=[0, max(max(tokens), 1) * 1.3])
+    fig.update_yaxes(title=tr("tokens that fit"), range=[0, max(max(tokens), 1) * 1.3])
     fig.update_xaxes(title="kv_cache_dtype")
-    words = {2: "two", 3: "three", 4: "four"}
-    return style(fig, f"One KV memory budget, {words.get(len(dtypes), len(dtypes))} ways to store it", 420)
+    words = {2: tr("two"), 3: tr("three"), 4: tr("four")}
+    return style(fig, tr("One KV memory budget, {n} ways to store it", n=words.get(len(dtypes), len(dtypes))), 420)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..i18n import tr
 from .style import LEGEND_TOP, style
 
 KEPT_COLOR = "#1f77b4"
@@ -92,19 +93,19 @@ def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: S
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         column_widths=[0.4, 0.6])
     pos = list(range(n))
-    fig.add_trace(go.Bar(x=list(logits), y=pos, customdata=labels, orientation="h", name="logits",
+    fig.add_trace(go.Bar(x=list(logits), y=pos, customdata=labels, orientation="h", name=tr("logits"),
                          marker_color=LOGIT_COLOR, hovertemplate="%{customdata}: z = %{x:.3f}<extra></extra>",
                          showlegend=False), row=1, col=1)
-    fig.add_trace(go.Bar(x=list(probs), y=pos, customdata=labels, orientation="h", name="probability",
+    fig.add_trace(go.Bar(x=list(probs), y=pos, customdata=labels, orientation="h", name=tr("probability"),
                          marker_color=KEPT_COLOR, text=[f"{100 * p:.1f} %" for p in probs], textposition="outside",
                          cliponaxis=False, hovertemplate="%{customdata}: p = %{x:.4f}<extra></extra>",
                          showlegend=False), row=1, col=2)
-    t_text = "" if temperature is None else f" at T = {temperature:g}"
-    fig.update_xaxes(title_text="logit z (model score)", row=1, col=1)
-    fig.update_xaxes(title_text=f"probability p{t_text}", range=[0, 1.15], tickformat=".0%", row=1, col=2)
+    p_title = tr("probability p") if temperature is None else tr("probability p at T = {t:g}", t=temperature)
+    fig.update_xaxes(title_text=tr("logit z (model score)"), row=1, col=1)
+    fig.update_xaxes(title_text=p_title, range=[0, 1.15], tickformat=".0%", row=1, col=2)
     fig.update_yaxes(**token_axis(labels))
-    fig.update_yaxes(title_text=f"top {n} next tokens", row=1, col=1)
-    return _style(fig, title or "Next-token distribution", height=max(420, 90 + 26 * n))
+    fig.update_yaxes(title_text=tr("top {n} next tokens", n=n), row=1, col=1)
+    return _style(fig, title or tr("Next-token distribution"), height=max(420, 90 + 26 * n))
 
 
 def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_probs: Sequence[float],
@@ -135,22 +136,22 @@ def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_prob
     cut = [0.0 if r == "" else b for b, r in zip(base_probs, reasons)]
     pos = list(range(len(labels)))
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=kept, y=pos, customdata=labels, orientation="h", name="kept: probability sampled from",
+    fig.add_trace(go.Bar(x=kept, y=pos, customdata=labels, orientation="h", name=tr("kept: probability sampled from"),
                          marker_color=KEPT_COLOR, text=[f"{100 * p:.1f} %" if p > 0 else "" for p in kept],
                          textposition="outside", cliponaxis=False,
-                         hovertemplate="%{customdata}: sampled with p = %{x:.4f}<extra></extra>"))
-    fig.add_trace(go.Bar(x=cut, y=pos, customdata=labels, orientation="h", name="cut (reason)",
-                         marker_color=CUT_COLOR, text=[f"cut by {r}" if r else "" for r in reasons],
+                         hovertemplate=tr("%{customdata}: sampled with p = %{x:.4f}<extra></extra>")))
+    fig.add_trace(go.Bar(x=cut, y=pos, customdata=labels, orientation="h", name=tr("cut (reason)"),
+                         marker_color=CUT_COLOR, text=[tr("cut by {reason}", reason=r) if r else "" for r in reasons],
                          textposition="outside", cliponaxis=False,
-                         hovertemplate="%{customdata}: %{text}, p before = %{x:.4f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=list(base_probs), y=pos, customdata=labels, mode="markers", name="before the cut",
+                         hovertemplate=tr("%{customdata}: %{text}, p before = %{x:.4f}<extra></extra>")))
+    fig.add_trace(go.Scatter(x=list(base_probs), y=pos, customdata=labels, mode="markers", name=tr("before the cut"),
                              marker={"symbol": "line-ns-open", "size": 14, "color": BASE_COLOR,
                                      "line": {"width": 3, "color": BASE_COLOR}},
-                             hovertemplate="%{customdata}: p before the cut = %{x:.4f}<extra></extra>"))
+                             hovertemplate=tr("%{customdata}: p before the cut = %{x:.4f}<extra></extra>")))
     fig.update_layout(barmode="overlay", bargap=0.25)
-    fig.update_xaxes(title_text="probability", range=[0, 1.2], tickformat=".0%")
-    fig.update_yaxes(title_text="next-token candidates", **token_axis(labels))
-    return _style(fig, title or "Which candidates survive the filters", height=max(420, 110 + 26 * len(labels)))
+    fig.update_xaxes(title_text=tr("probability"), range=[0, 1.2], tickformat=".0%")
+    fig.update_yaxes(title_text=tr("next-token candidates"), **token_axis(labels))
+    return _style(fig, title or tr("Which candidates survive the filters"), height=max(420, 110 + 26 * len(labels)))
 
 
 def entropy_curve_figure(temperatures: Sequence[float], entropy_bits: Sequence[float], *,
@@ -183,20 +184,20 @@ def entropy_curve_figure(temperatures: Sequence[float], entropy_bits: Sequence[f
     marker_entropy = optional_real("marker_entropy", marker_entropy, low=0)
     text("title", title, optional=True)
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=list(temperatures), y=list(entropy_bits), mode="lines", name="entropy",
+    fig.add_trace(go.Scatter(x=list(temperatures), y=list(entropy_bits), mode="lines", name=tr("entropy"),
                              line={"width": 3, "color": KEPT_COLOR},
-                             hovertemplate="T = %{x:.2f}: H = %{y:.2f} bits<extra></extra>"))
+                             hovertemplate=tr("T = %{x:.2f}: H = %{y:.2f} bits<extra></extra>")))
     mx = [] if marker_temperature is None else [marker_temperature]
     my = [] if marker_entropy is None else [marker_entropy]
-    fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", name="current T",
+    fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", name=tr("current T"),
                              marker={"size": 16, "color": BASE_COLOR},
-                             hovertemplate="T = %{x:.2f}: H = %{y:.2f} bits<extra></extra>"))
+                             hovertemplate=tr("T = %{x:.2f}: H = %{y:.2f} bits<extra></extra>")))
     top = max(list(entropy_bits) + [1.0])
     ticks = [v for v in range(0, int(top) + 2, max(1, int(top) // 6 or 1))]
-    fig.update_xaxes(title_text="temperature T")
-    fig.update_yaxes(title_text="entropy H (bits)", tickvals=ticks,
+    fig.update_xaxes(title_text=tr("temperature T"))
+    fig.update_yaxes(title_text=tr("entropy H (bits)"), tickvals=ticks,
                      ticktext=[f"{v}  (PPL {2 ** v:,.0f})" for v in ticks])
-    return _style(fig, title or "Entropy and perplexity of the next token vs temperature", height=420)
+    return _style(fig, title or tr("Entropy and perplexity of the next token vs temperature"), height=420)
 
 
 def chosen_prob_figure(tokens: Sequence[str], probs: Sequence[float], *,
@@ -219,10 +220,12 @@ def chosen_prob_figure(tokens: Sequence[str], probs: Sequence[float], *,
     if loop_start is not None and not 0 <= loop_start <= n:
         raise ValueError(f"loop_start must be in [0, {n}], got {loop_start}")
     colors = [LOOP_COLOR if loop_start is not None and i >= loop_start else KEPT_COLOR for i in range(n)]
-    fig = go.Figure(go.Bar(x=list(range(n)), y=list(probs), marker_color=colors, name="chosen token",
-                           customdata=list(tokens), hovertemplate="step %{x}: %{customdata} p = %{y:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text="generation step: the token chosen", tickvals=list(range(n)), ticktext=list(tokens),
+    fig = go.Figure(go.Bar(x=list(range(n)), y=list(probs), marker_color=colors, name=tr("chosen token"), customdata=list(tokens),
+                           hovertemplate=tr("step %{x}: %{customdata} p = %{y:.3f}<extra></extra>")))
+    fig.update_xaxes(title_text=tr("generation step: the token chosen"), tickvals=list(range(n)), ticktext=list(tokens),
                      tickangle=-60, tickfont={"size": 14})
-    fig.update_yaxes(title_text="p(chosen token)", range=[0, 1], tickformat=".0%")
-    sub = "" if loop_start is None else "  (orange: inside the loop)"
-    return _style(fig, (title or "Probability of each chosen token") + sub, height=460)
+    fig.update_yaxes(title_text=tr("p(chosen token)"), range=[0, 1], tickformat=".0%")
+    title = title or tr("Probability of each chosen token")
+    if loop_start is not None:
+        title = tr("{title}  (orange: inside the loop)", title=title)
+    return _style(fig, title, height=460)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..i18n import tr
 from ..validation import check_int
 from . import checks
 from .style import style
@@ -20,14 +21,17 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return style(fig, title, height, annotation_size=16)
 
 
-def latency_bars_figure(rows: Mapping[str, Mapping[str, float]], title: str = "TTFT and ITL (ms)") -> go.Figure:
+def latency_bars_figure(rows: Mapping[str, Mapping[str, float]], title: str | None = None) -> go.Figure:
     """Grouped bars: for each setup (``rows`` key) its ``ttft_p50/p95`` and ``itl_p50/p95`` in ms,
-    TTFT on the left panel, ITL on the right (their scales differ).
+    TTFT on the left panel, ITL on the right (their scales differ). ``title`` defaults to
+    "TTFT and ITL (ms)" (in the reader's language).
 
     Raises:
         TypeError / ValueError: ``rows`` empty, a setup without the four statistics, or a value
             that is not a finite number >= 0.
     """
+    if title is None:
+        title = tr("TTFT and ITL (ms)")
     checks.mapping("rows", rows)
     checks.text("title", title)
     keys = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95")
@@ -49,15 +53,19 @@ def latency_bars_figure(rows: Mapping[str, Mapping[str, float]], title: str = "T
 
 
 def tier_figure(hits: Mapping[str, int], ttft_ms: Mapping[str, float], counts: Mapping[str, int] | None = None,
-                title: str = "KV tiers: who served the prefix blocks, and what it cost") -> go.Figure:
+                title: str | None = None) -> go.Figure:
     """Left: prefix blocks served by each tier (``pool``, ``cpu``, ``disk``, ``miss``). Right: median
-    TTFT (ms) of the requests by the slowest tier they needed (``counts`` = requests, for labels)."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("blocks served by", "median TTFT by slowest tier (ms)"))
+    TTFT (ms) of the requests by the slowest tier they needed (``counts`` = requests, for labels).
+    ``title`` defaults to "KV tiers: who served the prefix blocks, and what it cost" (in the reader's language)."""
+    if title is None:
+        title = tr("KV tiers: who served the prefix blocks, and what it cost")
+    shown = {"pool": tr("pool"), "cpu": tr("cpu"), "disk": tr("disk"), "miss": tr("miss")}
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("blocks served by"), tr("median TTFT by slowest tier (ms)")))
     names = list(hits)
-    fig.add_trace(go.Bar(x=names, y=[hits[n] for n in names], marker_color=COLOURS[0], showlegend=False,
+    fig.add_trace(go.Bar(x=[shown.get(n, n) for n in names], y=[hits[n] for n in names], marker_color=COLOURS[0], showlegend=False,
                          text=[str(hits[n]) for n in names], textposition="outside"), row=1, col=1)
     tiers = [n for n in ttft_ms if ttft_ms[n] == ttft_ms[n]]                 # skip NaN (no request)
-    labels = [f"{n} ({counts[n]})" if counts else n for n in tiers]
+    labels = [f"{shown.get(n, n)} ({counts[n]})" if counts else shown.get(n, n) for n in tiers]
     fig.add_trace(go.Bar(x=labels, y=[ttft_ms[n] for n in tiers], marker_color=COLOURS[1], showlegend=False,
                          text=[f"{ttft_ms[n]:.1f}" for n in tiers], textposition="outside"), row=1, col=2)
     return _layout(fig, title, 400)
@@ -65,11 +73,14 @@ def tier_figure(hits: Mapping[str, int], ttft_ms: Mapping[str, float], counts: M
 
 def blend_curve_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]],
                        marker_r: float | None = None,
-                       title: str = "CacheBlend: error vs fraction recomputed") -> go.Figure:
+                       title: str | None = None) -> go.Figure:
     """``curves[name] = (r values, KL, top-1 agreement)``: KL (log scale) left, top-1 right; a
-    dashed line at ``marker_r`` (the panel's slider)."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("KL(full ‖ blend) per answer token (nats)",
-                                                        "top-1 agreement with the full prefill"))
+    dashed line at ``marker_r`` (the panel's slider). ``title`` defaults to "CacheBlend: error vs
+    fraction recomputed" (in the reader's language)."""
+    if title is None:
+        title = tr("CacheBlend: error vs fraction recomputed")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("KL(full ‖ blend) per answer token (nats)"),
+                                                        tr("top-1 agreement with the full prefill")))
     for k, (name, (rs, kl, top1)) in enumerate(curves.items()):
         colour = COLOURS[k % len(COLOURS)]
         x = [100 * r for r in rs]
@@ -79,17 +90,20 @@ def blend_curve_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[floa
                                  line={"color": colour, "width": 3}, legendgroup=name), row=1, col=2)
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.05], row=1, col=2)
-    fig.update_xaxes(title_text="r = tokens recomputed (%)")
+    fig.update_xaxes(title_text=tr("r = tokens recomputed (%)"))
     if marker_r is not None:
         for col in (1, 2):
             fig.add_vline(x=100 * marker_r, line_dash="dash", line_color="grey", row=1, col=col)
     return _layout(fig, title, 420)
 
 
-def routing_figure(stats: Mapping[str, Mapping[str, float]], title: str = "Routing over two replicas") -> go.Figure:
-    """``stats[policy] = {"hit_rate": .., "ttft_p50_ms": .., "tokens_computed": ..}``: three bar panels."""
-    panels = (("hit_rate", "prefix hit rate", "{:.0%}"), ("ttft_p50_ms", "median TTFT (ms)", "{:.0f}"),
-              ("tokens_computed", "prompt tokens computed", "{:,.0f}"))
+def routing_figure(stats: Mapping[str, Mapping[str, float]], title: str | None = None) -> go.Figure:
+    """``stats[policy] = {"hit_rate": .., "ttft_p50_ms": .., "tokens_computed": ..}``: three bar panels.
+    ``title`` defaults to "Routing over two replicas" (in the reader's language)."""
+    if title is None:
+        title = tr("Routing over two replicas")
+    panels = (("hit_rate", tr("prefix hit rate"), "{:.0%}"), ("ttft_p50_ms", tr("median TTFT (ms)"), "{:.0f}"),
+              ("tokens_computed", tr("prompt tokens computed"), "{:,.0f}"))
     fig = make_subplots(rows=1, cols=3, subplot_titles=[p[1] for p in panels])
     names = list(stats)
     for col, (key, _, fmt) in enumerate(panels, start=1):
@@ -113,17 +127,51 @@ STACK = (
 )
 
 
+def _stack_words() -> dict[str, str]:
+    """The texts of :data:`STACK` in the reader's language (a text not here is shown as given)."""
+    return {
+        "kernels and model execution": tr("kernels and model execution"),
+        "attention and GEMM kernels; one model over many GPUs": tr("attention and GEMM kernels; one model over many GPUs"),
+        "KV cache (03)": tr("KV cache (03)"),
+        "paged attention (04)": tr("paged attention (04)"),
+        "tensor / pipeline / expert parallelism (09)": tr("tensor / pipeline / expert parallelism (09)"),
+        "engine": tr("engine"),
+        "one model replica: batching, scheduling, decoding": tr("one model replica: batching, scheduling, decoding"),
+        "sampling (01)": tr("sampling (01)"),
+        "beam search (02)": tr("beam search (02)"),
+        "continuous batching, chunked prefill (05)": tr("continuous batching, chunked prefill (05)"),
+        "speculative decoding (06, 07)": tr("speculative decoding (06, 07)"),
+        "structured output (08)": tr("structured output (08)"),
+        "KV cache manager": tr("KV cache manager"),
+        "blocks, prefix cache, tiers, moving KV": tr("blocks, prefix cache, tiers, moving KV"),
+        "block tables, prefix caching (04)": tr("block tables, prefix caching (04)"),
+        "KV tiers CPU/disk (10)": tr("KV tiers CPU/disk (10)"),
+        "context caching (10)": tr("context caching (10)"),
+        "routing and orchestration": tr("routing and orchestration"),
+        "many replicas and instances": tr("many replicas and instances"),
+        "prefill/decode disaggregation (10)": tr("prefill/decode disaggregation (10)"),
+        "prefix-affinity routing (10)": tr("prefix-affinity routing (10)"),
+    }
+
+
 def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK, per_line: int = 2,
-                         title: str = "The serving stack: where each technique lives") -> go.Figure:
+                         title: str | None = None) -> go.Figure:
     """Stacked layers (bottom = kernels) as boxes, each listing its techniques (``per_line`` a line).
+
+    The texts of :data:`STACK` are shown in the reader's language; ``title`` defaults to "The serving
+    stack: where each technique lives" (in the reader's language too).
 
     Raises:
         TypeError / ValueError: ``per_line`` not an integer >= 1, ``title`` not a str.
     """
+    if title is None:
+        title = tr("The serving stack: where each technique lives")
     check_int("per_line", per_line, 1)
     checks.text("title", title)
+    words = _stack_words()
     fig = go.Figure()
     for i, (name, what, items) in enumerate(stack):
+        name, what, items = words.get(name, name), words.get(what, what), [words.get(t, t) for t in items]
         y0, y1 = i * 1.1, i * 1.1 + 1.0
         fig.add_shape(type="rect", x0=0, x1=10, y0=y0, y1=y1, line={"color": COLOURS[i % len(COLOURS)], "width": 3},
                       fillcolor=COLOURS[i % len(COLOURS)], opacity=0.15)
@@ -138,15 +186,21 @@ def serving_stack_figure(stack: Sequence[tuple[str, str, Sequence[str]]] = STACK
 
 
 def tradeoff_table_figure(rows: Sequence[Sequence[str]],
-                          header: Sequence[str] = ("technique", "what it improves", "what it costs",
-                                                   "when not to use it", "measured here"),
-                          title: str = "Trade-offs") -> go.Figure:
+                          header: Sequence[str] | None = None, title: str | None = None) -> go.Figure:
     """A plotly table of strings, one row per technique.
+
+    ``header`` defaults to ("technique", "what it improves", "what it costs", "when not to use it",
+    "measured here") and ``title`` to "Trade-offs", both in the reader's language.
 
     Raises:
         TypeError: ``title`` not a str.
         ValueError: a row with another number of cells than ``header``.
     """
+    if header is None:
+        header = (tr("technique"), tr("what it improves"), tr("what it costs"), tr("when not to use it"),
+                  tr("measured here"))
+    if title is None:
+        title = tr("Trade-offs")
     checks.text("title", title)
     for i, row in enumerate(rows):
         if len(row) != len(header):

@@ -8,13 +8,13 @@ chapter compute the numbers with ``labsupport.structured`` and pass them in.
 from __future__ import annotations
 
 import math
-
 from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
+from ..i18n import tr
 from .sampling import unique_labels
 from .style import FONT_SIZE, LEGEND_TOP, style
 
@@ -89,14 +89,16 @@ def automaton_layout(transitions: np.ndarray) -> tuple[dict[int, tuple[float, fl
 
 
 def automaton_figure(transitions: np.ndarray, accepting: Sequence[bool], *, current: int | None = None,
-                     title: str = "The automaton: states and byte transitions") -> go.Figure:
+                     title: str | None = None) -> go.Figure:
     """State/transition picture of a small DFA: circles are states (0 = start, green ring =
-    accepting), arrows carry the bytes that move along them; ``current`` is highlighted.
+    accepting), arrows carry the bytes that move along them; ``current`` is highlighted (default
+    title "The automaton: states and byte transitions").
 
     Raises:
         ValueError: too many states to draw (see :func:`automaton_layout`).
     """
     pos, edges = automaton_layout(np.asarray(transitions))
+    title = tr("The automaton: states and byte transitions") if title is None else title
     fig = go.Figure()
     annotations = []
     for s, t, label in edges:
@@ -113,11 +115,12 @@ def automaton_figure(transitions: np.ndarray, accepting: Sequence[bool], *, curr
     states = sorted(pos)
     acc = [bool(accepting[s]) for s in states]
     fig.add_trace(go.Scatter(
-        x=[pos[s][0] for s in states], y=[pos[s][1] for s in states], mode="markers+text", name="state",
+        x=[pos[s][0] for s in states], y=[pos[s][1] for s in states], mode="markers+text", name=tr("state"),
         text=[str(s) for s in states], textfont={"size": FONT_SIZE, "color": "white"},
         marker={"size": 34, "color": ["#ff7f0e" if s == current else ALLOWED_COLOR for s in states],
                 "line": {"width": [5 if a else 0 for a in acc], "color": ACCEPT_COLOR}},
-        hovertext=[f"state {s}{' (accepting)' if a else ''}" for s, a in zip(states, acc)], hoverinfo="text"))
+        hovertext=[tr("state {s} (accepting)", s=s) if a else tr("state {s}", s=s) for s, a in zip(states, acc)],
+        hoverinfo="text"))
     ys = [pos[s][1] for s in states]
     xs = [pos[s][0] for s in states]
     fig.update_layout(annotations=annotations, showlegend=False,
@@ -145,12 +148,13 @@ def pick_candidates(model_probs, masked_probs, n: int) -> list[int]:
 
 
 def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float], probs_after: Sequence[float],
-                             allowed: Sequence[bool], *, title: str = "Top candidates: model vs grammar-masked") -> go.Figure:
+                             allowed: Sequence[bool], *, title: str | None = None) -> go.Figure:
     """Bars of the model's probability (grey) and the distribution actually sampled from (blue/red).
 
     A refused candidate's masked probability is exactly 0: it is drawn in a third trace, red, labelled
     "0" (so the legend's colours are the bars' colours). Traces: ``model``, ``sampled from`` (blue,
-    the allowed tokens) and, when any token is refused, ``refused by the grammar``.
+    the allowed tokens) and, when any token is refused, ``refused by the grammar``. Default title:
+    "Top candidates: model vs grammar-masked".
 
     Raises:
         ValueError: the sequences differ in length.
@@ -158,56 +162,61 @@ def masked_candidates_figure(tokens: Sequence[str], probs_before: Sequence[float
     n = len(tokens)
     if not len(probs_before) == len(probs_after) == len(allowed) == n:
         raise ValueError("tokens, probs_before, probs_after and allowed must have the same length")
+    title = tr("Top candidates: model vs grammar-masked") if title is None else title
     labels = unique_labels(list(tokens))
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=list(probs_before), name="model (no grammar)", marker_color=BEFORE_COLOR))
+    fig.add_trace(go.Bar(x=labels, y=list(probs_before), name=tr("model (no grammar)"), marker_color=BEFORE_COLOR))
     fig.add_trace(go.Bar(x=labels, y=[p if a else None for p, a in zip(probs_after, allowed)],
-                         name="sampled from (mask + temperature)", marker_color=ALLOWED_COLOR, offsetgroup="after"))
+                         name=tr("sampled from (mask + temperature)"), marker_color=ALLOWED_COLOR, offsetgroup="after"))
     if not all(allowed):                       # refused: probability 0, its own legend entry in red
-        fig.add_trace(go.Bar(x=labels, y=[None if a else 0.0 for a in allowed], name="refused by the grammar (p = 0)",
+        fig.add_trace(go.Bar(x=labels, y=[None if a else 0.0 for a in allowed], name=tr("refused by the grammar (p = 0)"),
                              marker_color=REFUSED_COLOR, offsetgroup="after", text=["" if a else "0" for a in allowed],
                              textposition="outside", textfont={"color": REFUSED_COLOR}))
-    fig.update_layout(barmode="group", xaxis={"type": "category", "title": "candidate token"},
-                      yaxis={"title": "probability", "range": [0, 1]})
+    fig.update_layout(barmode="group", xaxis={"type": "category", "title": tr("candidate token")},
+                      yaxis={"title": tr("probability"), "range": [0, 1]})
     return _style(fig, title, 380)
 
 
 def allowed_count_figure(tokens: Sequence[str], counts: Sequence[int], vocab_size: int, *,
-                         title: str = "Allowed tokens at each step") -> go.Figure:
-    """How many of the vocabulary's tokens the grammar allows before each generated token (log scale).
+                         title: str | None = None) -> go.Figure:
+    """How many of the vocabulary's tokens the grammar allows before each generated token (log scale);
+    default title "Allowed tokens at each step".
 
     Raises:
         ValueError: ``tokens`` and ``counts`` differ in length.
     """
     if len(tokens) != len(counts):
         raise ValueError("tokens and counts must have the same length")
+    title = tr("Allowed tokens at each step") if title is None else title
     fig = go.Figure(go.Bar(x=list(range(len(tokens))), y=list(counts), text=list(tokens),
-                           textposition="outside", name="allowed tokens", marker_color=ALLOWED_COLOR))
-    fig.update_layout(xaxis={"title": "step (the chosen token is written above its bar)"},
-                      yaxis={"title": f"allowed of {vocab_size:,}", "type": "log"})
+                           textposition="outside", name=tr("allowed tokens"), marker_color=ALLOWED_COLOR))
+    fig.update_layout(xaxis={"title": tr("step (the chosen token is written above its bar)")},
+                      yaxis={"title": tr("allowed of {vocab:,}", vocab=vocab_size), "type": "log"})
     return _style(fig, title, 360)
 
 
 def cost_figure(names: Sequence[str], ours_us: Sequence[float], peer_us: Sequence[float] | None,
-                decode_us: float, *, title: str = "Cost of the mask per decode step") -> go.Figure:
-    """Bars of our mask step and XGrammar's (µs) beside one model decode step (a dashed line).
+                decode_us: float, *, title: str | None = None) -> go.Figure:
+    """Bars of our mask step and XGrammar's (µs) beside one model decode step (a dashed line);
+    default title "Cost of the mask per decode step".
 
     Raises:
         ValueError: lengths differ.
     """
     if len(names) != len(ours_us) or (peer_us is not None and len(peer_us) != len(names)):
         raise ValueError("names, ours_us and peer_us must have the same length")
-    fig = go.Figure(go.Bar(x=list(names), y=list(ours_us), name="ours (cached mask)", marker_color=ALLOWED_COLOR))
+    title = tr("Cost of the mask per decode step") if title is None else title
+    fig = go.Figure(go.Bar(x=list(names), y=list(ours_us), name=tr("ours (cached mask)"), marker_color=ALLOWED_COLOR))
     if peer_us is not None:
         fig.add_trace(go.Bar(x=list(names), y=list(peer_us), name="XGrammar", marker_color="#9467bd"))
     fig.add_hline(y=decode_us, line_dash="dash", line_color=REFUSED_COLOR)
     # the label as its own annotation: on a log axis an annotation's y is the exponent (log10), which
     # add_hline's own label does not do, so it would float off the chart
     fig.add_annotation(x=0, xref="paper", xanchor="left", y=math.log10(decode_us), yref="y", yanchor="top",
-                       text=f"one model decode step: {decode_us:,.0f} µs", showarrow=False,
+                       text=tr("one model decode step: {us:,.0f} µs", us=decode_us), showarrow=False,
                        font={"color": REFUSED_COLOR})
     values = [v for v in list(ours_us) + list(peer_us or []) + [decode_us] if v > 0]
     low, high = min(values), max(values)                   # every bar visible above the axis floor
-    fig.update_layout(barmode="group", yaxis={"title": "µs per step (log)", "type": "log",
+    fig.update_layout(barmode="group", yaxis={"title": tr("µs per step (log)"), "type": "log",
                                               "range": [math.log10(low) - 0.6, math.log10(high) + 0.3]})
     return _style(fig, title, 380)

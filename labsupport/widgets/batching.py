@@ -9,6 +9,7 @@ import ipywidgets as W
 from labsupport.widgets.snapshot import Panel
 
 from ..engine.metrics import RequestMetrics, goodput, meets_slo, request_throughput
+from ..i18n import tr
 from ..kv import decode_throughput, step_time, throughput_ceiling
 from ..serving_math import batching_report
 from ..sim.batching import simulate_batching, spread_lengths
@@ -21,8 +22,7 @@ from ..viz.batching import (
     slot_gantt_figure,
     step_time_figure,
 )
-from .common import show_figure
-from .common import FigureOutput, guarded, panel_int, panel_real
+from .common import FigureOutput, guarded, panel_int, panel_real, show_figure
 
 
 def _slider(s: W.Widget, width: str = "420px") -> W.Widget:
@@ -47,9 +47,9 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
     panel_real("weight_gb", weight_gb, 1.0, 140.0)
     panel_real("kv_gb", kv_gb, 0.01, 2.0)
     check_real("bandwidth_tbs", bandwidth_tbs, 0, low_open=True)
-    kv = _slider(W.FloatSlider(value=kv_gb, min=0.01, max=2.0, step=0.01, description="K (GB/request)",
+    kv = _slider(W.FloatSlider(value=kv_gb, min=0.01, max=2.0, step=0.01, description=tr("K (GB/request)"),
                                continuous_update=False))
-    wt = _slider(W.FloatSlider(value=weight_gb, min=1.0, max=140.0, step=1.0, description="W (GB weights)",
+    wt = _slider(W.FloatSlider(value=weight_gb, min=1.0, max=140.0, step=1.0, description=tr("W (GB weights)"),
                                continuous_update=False))
     batches = list(range(1, 257))
 
@@ -67,8 +67,9 @@ def step_time_lab(weight_gb: float = 16.0, kv_gb: float = 0.25, bandwidth_tbs: f
     def redraw(_=None) -> None:
         ms, tps, ceil = data()
         fig.show(step_time_figure(batches, ms, tps, ceiling=ceil, marks=(1, 64, 240)))
-        info.value = _text(f"t(1) = {ms[0]:.2f} ms, t(64) = {ms[63]:.2f} ms → throughput ×{tps[63] / tps[0]:.1f}; "
-                           f"ceiling BW/K = {ceil:,.0f} tokens/s")
+        info.value = _text(tr("t(1) = {t1:.2f} ms, t(64) = {t64:.2f} ms → throughput ×{gain:.1f}; "
+                              "ceiling BW/K = {ceiling:,.0f} tokens/s",
+                              t1=ms[0], t64=ms[63], gain=tps[63] / tps[0], ceiling=ceil))
 
     kv.observe(redraw, "value")
     wt.observe(redraw, "value")
@@ -98,11 +99,11 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     panel_int("mean_len", mean_len, 1, 10_000)
     panel_real("spread", spread, 0.0, 0.95)
     panel_int("seed", seed, 0, 2 ** 32 - 1)
-    spread_s = _slider(W.FloatSlider(value=spread, min=0.0, max=0.95, step=0.01, description="length spread",
+    spread_s = _slider(W.FloatSlider(value=spread, min=0.0, max=0.95, step=0.01, description=tr("length spread"),
                                      continuous_update=False))
-    bsz = _slider(W.IntSlider(value=batch_size, min=2, max=32, step=2, description="batch size",
+    bsz = _slider(W.IntSlider(value=batch_size, min=2, max=32, step=2, description=tr("batch size"),
                               continuous_update=False))
-    nreq = _slider(W.IntSlider(value=num_requests, min=8, max=128, step=8, description="requests",
+    nreq = _slider(W.IntSlider(value=num_requests, min=8, max=128, step=8, description=tr("requests"),
                                continuous_update=False))
     info = W.HTML()
     error = W.HTML()
@@ -118,20 +119,21 @@ def batching_lab(num_requests: int = 32, batch_size: int = 8, mean_len: int = 22
     def redraw(_=None) -> None:
         lens, rs = runs()
         b = bsz.value
-        fig.show(slot_gantt_figure({f"{p} batching": r.segments for p, r in rs.items()}, batch_size=b,
+        shown = {"static": tr("static batching"), "continuous": tr("continuous batching")}
+        fig.show(slot_gantt_figure({shown[p]: r.segments for p, r in rs.items()}, batch_size=b,
                                    lengths=dict(enumerate(lens)),
-                                   num_steps={f"{p} batching": r.num_steps for p, r in rs.items()},
-                                   title="Slots over time (blue = short request, orange = long, grey = idle)"))
+                                   num_steps={shown[p]: r.num_steps for p, r in rs.items()},
+                                   title=tr("Slots over time (blue = short request, orange = long, grey = idle)")))
         st, co = rs["static"], rs["continuous"]
         rep = batching_report(lens, b)
         short, long = spread_lengths(mean_len, spread_s.value)
         info.value = _text(
-            f"lengths {short} and {long} tokens, batch {b}, {len(lens)} requests",
-            f"<b>static</b>: {st.num_steps} steps, utilisation {100 * st.utilisation:.1f} % "
-            f"(closed form {100 * rep.utilisation:.1f} %)",
-            f"<b>continuous</b>: {co.num_steps} steps, utilisation {100 * co.utilisation:.1f} %",
-            f"speed-up simulated ×{st.num_steps / co.num_steps:.2f}; closed form (endless queue) "
-            f"×{rep.speedup:.2f}")
+            tr("lengths {short} and {long} tokens, batch {b}, {n} requests", short=short, long=long, b=b, n=len(lens)),
+            tr("<b>static</b>: {steps} steps, utilisation {util:.1f} % (closed form {closed:.1f} %)",
+               steps=st.num_steps, util=100 * st.utilisation, closed=100 * rep.utilisation),
+            tr("<b>continuous</b>: {steps} steps, utilisation {util:.1f} %", steps=co.num_steps, util=100 * co.utilisation),
+            tr("speed-up simulated ×{simulated:.2f}; closed form (endless queue) ×{closed:.2f}",
+               simulated=st.num_steps / co.num_steps, closed=rep.speedup))
 
     for s in (spread_s, bsz, nreq):
         s.observe(redraw, "value")
@@ -196,7 +198,8 @@ def goodput_lab(results: Mapping[str, Sequence[RequestMetrics]], ttft_slo_ms: fl
         lines = []
         for n, ms, g, r in zip(names, results.values(), good, rates):
             ok = sum(meets_slo(m, ttft_s.value / 1e3, tpot_s.value / 1e3) for m in ms)
-            lines.append(f"<b>{n}</b>: {ok}/{len(ms)} requests within the SLO, goodput {g:.2f} of {r:.2f} req/s")
+            lines.append(tr("<b>{name}</b>: {ok}/{total} requests within the SLO, goodput {goodput:.2f} of {rate:.2f} req/s",
+                            name=n, ok=ok, total=len(ms), goodput=g, rate=r))
         info.value = _text(*lines)
 
     ttft_s.observe(redraw, "value")
@@ -226,19 +229,20 @@ def disaggregation_lab(rate: float = 6.0, long_prompt: int = 4096, chunk: int = 
     panel_int("chunk", chunk, 64, 4096)
     panel_int("num_requests", num_requests, 1, 10_000)
     panel_int("seed", seed, 0, 2 ** 32 - 1)
-    rate_s = _slider(W.FloatSlider(value=rate, min=0.5, max=20.0, step=0.5, description="requests/s",
+    rate_s = _slider(W.FloatSlider(value=rate, min=0.5, max=20.0, step=0.5, description=tr("requests/s"),
                                    continuous_update=False))
-    long_s = _slider(W.IntSlider(value=long_prompt, min=512, max=16384, step=512, description="long prompt",
+    long_s = _slider(W.IntSlider(value=long_prompt, min=512, max=16384, step=512, description=tr("long prompt"),
                                  continuous_update=False))
-    chunk_s = _slider(W.IntSlider(value=chunk, min=64, max=4096, step=64, description="chunk (tokens)",
+    chunk_s = _slider(W.IntSlider(value=chunk, min=64, max=4096, step=64, description=tr("chunk (tokens)"),
                                   continuous_update=False))
-    names = {"colocated": "colocated ×2", "chunked": "chunked prefill ×2", "disaggregated": "1 prefill + 1 decode"}
+    names = {"colocated": tr("colocated ×2"), "chunked": tr("chunked prefill ×2"),
+             "disaggregated": tr("1 prefill + 1 decode")}
 
     def rows():
         reqs = poisson_requests(rate_s.value, num_requests, [256, long_s.value], 128, seed=seed)
         return {names[p]: latency_stats(simulate(reqs, p, chunk=chunk_s.value)) for p in names}
 
-    title = "Latency on two H100s (Llama 3 8B cost model)"
+    title = tr("Latency on two H100s (Llama 3 8B cost model)")
     fig = FigureOutput(latency_summary_figure(rows(), title))
     error = W.HTML()
 

@@ -18,6 +18,7 @@ from labsupport.widgets.snapshot import Panel
 
 from ..beam import beam_search
 from ..generation import generate
+from ..i18n import tr
 from ..models import LoadedModel
 from ..sampling import GREEDY
 from ..viz.beam import beam_tree_figure, display_text
@@ -28,8 +29,8 @@ def _summary(lm: LoadedModel, result, greedy, seconds: float) -> str:
     best = result.best
     g_bits = greedy.logprob / 0.6931471805599453
     rows = [
-        ("beam search", best.text, best.log2prob, best.score),
-        ("greedy (B = 1)", greedy.text, g_bits, None),
+        (tr("beam search"), best.text, best.log2prob, best.score),
+        (tr("greedy (B = 1)"), greedy.text, g_bits, None),
     ]
     pad = "padding: 2px 14px 2px 0"
     cells = "".join(
@@ -37,12 +38,15 @@ def _summary(lm: LoadedModel, result, greedy, seconds: float) -> str:
         f"<td style='{pad}'>{bits:.2f}</td><td style='{pad}'>{'' if score is None else f'{score:.3f}'}</td></tr>"
         for name, text, bits, score in rows)
     diff = best.log2prob - g_bits if len(best.token_ids) == len(greedy.token_ids) else None
-    note = (f"score difference (log₂): <b>{diff:+.2f}</b>" if diff is not None
-            else "the two outputs have different lengths: compare their scores, not the raw sums")
-    return (f"<table style='font-size:15px'><tr><th style='{pad}'></th><th style='{pad}'>text</th>"
-            f"<th style='{pad}'>Σ log₂ p</th><th style='{pad}'>score (Σ ln p / len^α)</th></tr>"
-            f"{cells}</table><div style='font-size:15px'>{note} · {result.model_calls} model call{'' if result.model_calls == 1 else 's'}, "
-            f"{result.token_forwards} token-forwards · {seconds * 1e3:.0f} ms</div>")
+    note = (tr("score difference (log₂): <b>{diff:+.2f}</b>", diff=diff) if diff is not None
+            else tr("the two outputs have different lengths: compare their scores, not the raw sums"))
+    cost = (tr("{calls} model call, {forwards} token-forwards", calls=result.model_calls, forwards=result.token_forwards)
+            if result.model_calls == 1 else
+            tr("{calls} model calls, {forwards} token-forwards", calls=result.model_calls,
+               forwards=result.token_forwards))
+    return (f"<table style='font-size:15px'><tr><th style='{pad}'></th><th style='{pad}'>{tr('text')}</th>"
+            f"<th style='{pad}'>Σ log₂ p</th><th style='{pad}'>{tr('score (Σ ln p / len^α)')}</th></tr>"
+            f"{cells}</table><div style='font-size:15px'>{note} · {cost} · {seconds * 1e3:.0f} ms</div>")
 
 
 def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_width: int = 3,
@@ -73,14 +77,14 @@ def beam_explorer(lm: LoadedModel, prompt: str = "Return the number of", beam_wi
     panel_real("length_penalty", length_penalty, -1.0, 3.0)
     panel_int("max_children", max_children, 0, 20)
     panel_int("width_px", width_px, 200, 4000)
-    prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
+    prompt_box = widgets.Text(value=prompt, description=tr("prompt"), continuous_update=False,
                               layout=widgets.Layout(width="60%"))
-    width = widgets.IntSlider(value=beam_width, min=1, max=6, description="beam width B", continuous_update=False,
+    width = widgets.IntSlider(value=beam_width, min=1, max=6, description=tr("beam width B"), continuous_update=False,
                               style={"description_width": "initial"})
-    steps = widgets.IntSlider(value=depth, min=1, max=8, description="depth", continuous_update=False)
-    alpha = widgets.FloatSlider(value=length_penalty, min=-1.0, max=3.0, step=0.1, description="length penalty α",
+    steps = widgets.IntSlider(value=depth, min=1, max=8, description=tr("depth"), continuous_update=False)
+    alpha = widgets.FloatSlider(value=length_penalty, min=-1.0, max=3.0, step=0.1, description=tr("length penalty α"),
                                 continuous_update=False, style={"description_width": "initial"})
-    early = widgets.Dropdown(options=[("False (HF default)", False), ("True", True), ("'never'", "never")],
+    early = widgets.Dropdown(options=[(tr("False (HF default)"), False), ("True", True), ("'never'", "never")],
                              value=False, description="early_stopping", style={"description_width": "initial"})
     summary = widgets.HTML()
     out = widgets.Output()

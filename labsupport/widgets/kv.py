@@ -12,9 +12,9 @@ import ipywidgets as widgets
 from labsupport.widgets.snapshot import Panel
 
 from .. import kv
+from ..i18n import tr
 from ..viz.kv import kv_cells_figure, kv_counts_figure, memory_figure
-from .common import show_figure
-from .common import guarded, panel_choice, panel_int
+from .common import guarded, panel_choice, panel_int, show_figure
 
 
 def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4,
@@ -42,11 +42,11 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
     panel_int("new_tokens", new_tokens, 1, 64)
     start = panel_int("step", step, 0, new_tokens)
     panel_int("width_px", width_px, 200, 4000)
-    P = widgets.IntSlider(value=prompt_len, min=1, max=48, description="prompt P", continuous_update=False)
-    n = widgets.IntSlider(value=new_tokens, min=1, max=64, description="new tokens n", continuous_update=False,
+    P = widgets.IntSlider(value=prompt_len, min=1, max=48, description=tr("prompt P"), continuous_update=False)
+    n = widgets.IntSlider(value=new_tokens, min=1, max=64, description=tr("new tokens n"), continuous_update=False,
                           style={"description_width": "initial"})
-    step_w = widgets.IntSlider(value=start, min=0, max=new_tokens, description="step", continuous_update=True)
-    play = widgets.Play(value=start, min=0, max=new_tokens, interval=400, description="play")
+    step_w = widgets.IntSlider(value=start, min=0, max=new_tokens, description=tr("step"), continuous_update=True)
+    play = widgets.Play(value=start, min=0, max=new_tokens, interval=400, description=tr("play"))
     widgets.jslink((play, "value"), (step_w, "value"))
     numbers = widgets.HTML()
 
@@ -64,9 +64,12 @@ def kv_cache_animation(prompt_len: int = 12, new_tokens: int = 28, step: int = 4
         p, t, m = P.value, min(step_w.value, n.value), n.value
         none_now, cache_now = kv.kv_step_cells(p, t, False)[1], kv.kv_step_cells(p, t, True)[1]
         none_all, cache_all = kv.kv_positions_computed(p, t, False), kv.kv_positions_computed(p, t, True)
-        return (f"<div style='font-size:15px'>step {t}: this step {none_now} (no cache) / {cache_now} (cache) · "
-                f"so far {none_all:,} / {cache_all:,} · saving <b>{none_all / cache_all:.2f}×</b> "
-                f"(at n = {m}: {kv.kv_saving(p, m):.2f}×)</div>")
+        return ("<div style='font-size:15px'>"
+                + tr("step {t}: this step {none_now} (no cache) / {cache_now} (cache) · so far {none_all:,} / "
+                     "{cache_all:,} · saving <b>{saving:.2f}×</b> (at n = {n}: {final:.2f}×)",
+                     t=t, none_now=none_now, cache_now=cache_now, none_all=none_all, cache_all=cache_all,
+                     saving=none_all / cache_all, n=m, final=kv.kv_saving(p, m))
+                + "</div>")
 
     numbers.value = text()
     error = widgets.HTML()
@@ -115,15 +118,15 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
     panel_choice("seq_len", seq_len, SEQ_LENS)
     panel_choice("batch", batch, BATCHES)
     panel_int("width_px", width_px, 200, 4000)
-    model = widgets.Dropdown(options=list(shapes), value=preset, description="preset")
+    model = widgets.Dropdown(options=list(shapes), value=preset, description=tr("preset"))
     attention = widgets.ToggleButtons(options=list(kv.ATTENTION_KINDS), value=shapes[preset].attention,
-                                      description="attention")
-    precision = widgets.ToggleButtons(options=list(kv.DTYPE_BITS), value=kv_dtype, description="KV precision",
+                                      description=tr("attention"))
+    precision = widgets.ToggleButtons(options=list(kv.DTYPE_BITS), value=kv_dtype, description=tr("KV precision"),
                                       style={"description_width": "initial"})
     length = widgets.SelectionSlider(options=[(f"{s:,}", s) for s in SEQ_LENS], value=seq_len,
-                                     description="sequence s", continuous_update=False,
+                                     description=tr("sequence s"), continuous_update=False,
                                      style={"description_width": "initial"})
-    batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch b", continuous_update=False)
+    batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description=tr("batch b"), continuous_update=False)
     summary = widgets.HTML()
 
     def build():
@@ -132,11 +135,18 @@ def kv_memory_calculator(preset: str = "Llama 3 8B", seq_len: int = 8192, batch:
         budget = kv.memory_budget(chosen, length.value, batch_w.value, precision.value)
         fig = memory_figure(shape, length.value, batch_w.value, precision.value, attention.value)
         fig.update_layout(width=width_px)
-        text = (f"<div style='font-size:15px'>structure (L / H_kv / d_head): {chosen.n_layers} / {chosen.n_kv_heads} / "
-                f"{chosen.head_dim} · KV per token: <b>{kv.format_bytes(budget.kv_per_token)}</b> · "
-                f"KV cache: <b>{kv.format_bytes(budget.kv)}</b> · weights + KV: {budget.total / 1e9:.1f} GB "
-                f"({'fits' if budget.fits else 'does not fit'} in 80 GB) · KV / weights = "
-                f"{budget.kv_over_weights:.2f}</div>")
+        fields = {"L": chosen.n_layers, "H_kv": chosen.n_kv_heads, "d_head": chosen.head_dim,
+                  "per_token": kv.format_bytes(budget.kv_per_token), "kv": kv.format_bytes(budget.kv),
+                  "total": budget.total / 1e9, "ratio": budget.kv_over_weights}
+        if budget.fits:
+            line = tr("structure (L / H_kv / d_head): {L} / {H_kv} / {d_head} · KV per token: <b>{per_token}</b> · "
+                      "KV cache: <b>{kv}</b> · weights + KV: {total:.1f} GB (fits in 80 GB) · "
+                      "KV / weights = {ratio:.2f}", **fields)
+        else:
+            line = tr("structure (L / H_kv / d_head): {L} / {H_kv} / {d_head} · KV per token: <b>{per_token}</b> · "
+                      "KV cache: <b>{kv}</b> · weights + KV: {total:.1f} GB (does not fit in 80 GB) · "
+                      "KV / weights = {ratio:.2f}", **fields)
+        text = f"<div style='font-size:15px'>{line}</div>"
         return fig, text
 
     chart = widgets.Output()

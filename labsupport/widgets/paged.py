@@ -9,10 +9,17 @@ import plotly.graph_objects as go
 
 from labsupport.widgets.snapshot import Panel
 
+from ..i18n import tr
 from ..sim.fragmentation import Workload, compare
-from ..viz.paged import block_table_figure, fragmentation_counters_figure, fragmentation_figure, memory_image
-from .common import show_figure
-from .common import FigureOutput, guarded, panel_choice, panel_int
+from ..viz.paged import (
+    _counters_text,
+    _grid_title,
+    block_table_figure,
+    fragmentation_counters_figure,
+    fragmentation_figure,
+    memory_image,
+)
+from .common import FigureOutput, guarded, panel_choice, panel_int, show_figure
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -31,12 +38,13 @@ def _table_text(run, step: int, first: int = 4) -> str:
     tables = run.block_tables[step]
     def short(table: list[int], keep: int = 10) -> str:
         shown = ", ".join(str(b) for b in table[:keep])
-        return f"[{shown}, … ({len(table)} blocks)]" if len(table) > keep else f"[{shown}]"
+        return tr("[{shown}, … ({n} blocks)]", shown=shown, n=len(table)) if len(table) > keep else f"[{shown}]"
 
-    rows = [f"<tr><td>request {rid}&nbsp;</td><td>{short(table)}</td></tr>" for rid, table in list(tables.items())[:first]]
-    body = "".join(rows) or "<tr><td colspan=2>no running request</td></tr>"
-    return (f"<b>Paged side, block tables of the first {first} running requests (step {step})</b>"
-            f"<table style='font-size:15px'>{body}</table>")
+    rows = [f"<tr><td>{tr('request {rid}', rid=rid)}&nbsp;</td><td>{short(table)}</td></tr>"
+            for rid, table in list(tables.items())[:first]]
+    body = "".join(rows) or f"<tr><td colspan=2>{tr('no running request')}</td></tr>"
+    heading = tr("Paged side, block tables of the first {first} running requests (step {step})", first=first, step=step)
+    return f"<b>{heading}</b><table style='font-size:15px'>{body}</table>"
 
 
 def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) -> W.VBox:
@@ -59,13 +67,13 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
     panel_choice("block_size", block_size, BLOCK_SIZES)
     state = {"runs": compare(wl, block_size)}
     reservation = W.IntSlider(value=wl.reservation, min=64, max=wl.memory_tokens, step=32,
-                              description="reservation", continuous_update=False)
-    bsize = W.SelectionSlider(options=list(BLOCK_SIZES), value=block_size, description="block size",
+                              description=tr("reservation"), continuous_update=False)
+    bsize = W.SelectionSlider(options=list(BLOCK_SIZES), value=block_size, description=tr("block size"),
                               continuous_update=False)
-    rate = W.FloatSlider(value=wl.arrival_rate, min=0.05, max=1.5, step=0.05, description="arrivals/step",
+    rate = W.FloatSlider(value=wl.arrival_rate, min=0.05, max=1.5, step=0.05, description=tr("arrivals/step"),
                          continuous_update=False)
-    step = W.IntSlider(value=wl.num_steps // 2, min=0, max=wl.num_steps - 1, description="step")
-    play = W.Play(value=step.value, min=0, max=wl.num_steps - 1, interval=150, description="play")
+    step = W.IntSlider(value=wl.num_steps // 2, min=0, max=wl.num_steps - 1, description=tr("step"))
+    play = W.Play(value=step.value, min=0, max=wl.num_steps - 1, interval=150, description=tr("play"))
     W.jslink((play, "value"), (step, "value"))
     for s in (reservation, bsize, rate, step):
         s.style.description_width = "110px"
@@ -92,10 +100,8 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
         for i, (name, run) in enumerate(state["runs"].items()):
             img, text = memory_image(run.owner[k], run.used[k])
             grid.data[i].z, grid.data[i].text = img, text
-            c = _counters(run, k)
-            grid.layout.annotations[i].text = (f"<b>{name}</b>: running {c['running']}, queued {c['queued']}, "
-                                               f"waste {100 * c['waste']:.0f} %, done {c['completed']}")
-        grid.layout.title.text = f"KV memory at step {k}: one cell = one token slot (dark = KV, light = held but empty)"
+            grid.layout.annotations[i].text = _counters_text(name, _counters(run, k))
+        grid.layout.title.text = _grid_title(k)
         for shape in line.layout.shapes:
             shape.x0 = shape.x1 = k
         grid_fig.show(grid)
@@ -129,7 +135,7 @@ def fragmentation_lab(workload: Workload | None = None, block_size: int = 16) ->
 
 
 def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int,
-                        describe: Callable[[dict], str] | None = None, title: str = "Block tables",
+                        describe: Callable[[dict], str] | None = None, title: str | None = None,
                         start: int | None = None) -> W.VBox:
     """Step through recorded engine states and watch block tables change.
 
@@ -140,7 +146,7 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
             ``LLMEngine.history``.
         num_blocks, block_size: the engine's pool.
         describe: optional ``frame → HTML`` shown above the figure.
-        title: figure title prefix.
+        title: figure title prefix (default: "Block tables", in the reader's language).
         start: the frame shown first (default: the one holding the most blocks).
 
     Returns:
@@ -152,6 +158,8 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
     """
     if not frames:
         raise ValueError("frames must hold at least one recorded step, got none")
+    if title is None:
+        title = tr("Block tables")
 
     ids: list = []
     for f in frames:
@@ -177,7 +185,7 @@ def block_table_stepper(frames: Sequence[dict], num_blocks: int, block_size: int
     labels = [str(f["label"]) for f in frames]
     if len(set(labels)) < len(labels):
         labels = [f"{lab} ({k})" for k, lab in enumerate(labels)]
-    slider = W.SelectionSlider(options=list(zip(labels, range(len(frames)))), value=k0, description="engine",
+    slider = W.SelectionSlider(options=list(zip(labels, range(len(frames)))), value=k0, description=tr("engine"),
                                continuous_update=False)
     slider.layout.width = "500px"
 

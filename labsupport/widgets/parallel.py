@@ -11,11 +11,11 @@ import html
 
 import ipywidgets as widgets
 
+from ..i18n import tr
 from ..parallel import cost_model as cm
 from ..parallel.pipeline import bubble_fraction
 from ..viz.parallel import cluster_figure, pipeline_timeline_figure
-from .common import show_figure
-from .common import panel_choice
+from .common import panel_choice, show_figure
 from .snapshot import Panel
 
 TP_DEGREES = [1, 2, 4, 8, 16]
@@ -42,7 +42,7 @@ def pipeline_panel(runs: dict[int, dict]) -> widgets.VBox:
     if not runs:
         raise ValueError("runs must hold at least one measured pipeline run")
     ms = sorted(runs)
-    slider = widgets.SelectionSlider(options=ms, value=ms[0], description="micro-batches m",
+    slider = widgets.SelectionSlider(options=ms, value=ms[0], description=tr("micro-batches m"),
                                      style={"description_width": "initial"}, continuous_update=True)
     text, chart = widgets.HTML(), widgets.Output()
 
@@ -51,9 +51,10 @@ def pipeline_panel(runs: dict[int, dict]) -> widgets.VBox:
             m = slider.value
             run = runs[m]
             p = len(run["events"])
-            show_figure(chart, pipeline_timeline_figure(run["events"], f"{p} stages, m = {m} micro-batches"))
-            text.value = (f"<div style='font-size:15px'>measured bubble <b>{run['bubble']:.2f}</b> · "
-                          f"GPipe's (p − 1)/(m + p − 1) = {bubble_fraction(p, m):.2f}</div>")
+            show_figure(chart, pipeline_timeline_figure(run["events"], tr("{p} stages, m = {m} micro-batches", p=p, m=m)))
+            text.value = ("<div style='font-size:15px'>"
+                          + tr("measured bubble <b>{bubble:.2f}</b> · GPipe's (p − 1)/(m + p − 1) = {gpipe:.2f}",
+                               bubble=run["bubble"], gpipe=bubble_fraction(p, m)) + "</div>")
         except Exception as err:                                # noqa: BLE001 - shown in the panel
             text.value = _error(f"{type(err).__name__}: {err}")
 
@@ -87,13 +88,13 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
                                  ("interconnect", interconnect, list(links)), ("batch", batch, BATCHES),
                                  ("context", context, CONTEXTS)):
         panel_choice(name, value, options)
-    model_w = widgets.Dropdown(options=list(models), value=model, description="model")
-    link_w = widgets.Dropdown(options=list(links), value=interconnect, description="TP link",
+    model_w = widgets.Dropdown(options=list(models), value=model, description=tr("model"))
+    link_w = widgets.Dropdown(options=list(links), value=interconnect, description=tr("TP link"),
                               layout={"width": "340px"})
-    tp_w = widgets.SelectionSlider(options=TP_DEGREES, value=tp, description="TP degree")
-    pp_w = widgets.SelectionSlider(options=PP_DEGREES, value=pp, description="PP degree")
-    batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch")
-    ctx_w = widgets.SelectionSlider(options=CONTEXTS, value=context, description="context")
+    tp_w = widgets.SelectionSlider(options=TP_DEGREES, value=tp, description=tr("TP degree"))
+    pp_w = widgets.SelectionSlider(options=PP_DEGREES, value=pp, description=tr("PP degree"))
+    batch_w = widgets.SelectionSlider(options=BATCHES, value=batch, description=tr("batch"))
+    ctx_w = widgets.SelectionSlider(options=CONTEXTS, value=context, description=tr("context"))
     text, chart = widgets.HTML(), widgets.Output()
     limits = dict(MAX_CONTEXT, **({calibration["name"]: calibration["max_context"]}
                                   if calibration and calibration.get("max_context") else {}))
@@ -111,6 +112,11 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
             ctx_w.value = value                                  # … so set it after
         redraw()
 
+    def refuse(message: str) -> None:
+        """Say why a setting is refused (a red line), and show no bars of it."""
+        text.value = _error(message)
+        chart.outputs = ()
+
     def redraw(_change=None) -> None:
         try:
             shape = models[model_w.value]
@@ -118,8 +124,10 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
             gpu = calibration["gpu"] if calibrated else cm.H100
             link = links[link_w.value]
             if pp_w.value > shape.n_layers:             # one stage needs at least one layer: say so, never clamp
-                raise ValueError(f"PP degree {pp_w.value} needs at least {pp_w.value} layers; {shape.name} has "
-                                 f"{shape.n_layers}: choose a PP degree of at most {shape.n_layers}")
+                refuse(tr("ValueError: PP degree {pp} needs at least {pp} layers; {model} has {layers}: "
+                          "choose a PP degree of at most {layers}", pp=pp_w.value, model=shape.name,
+                          layers=shape.n_layers))
+                return
             pp_value = pp_w.value
             rows = [cm.decode_step(shape, t, pp_value, batch_w.value, ctx_w.value, link, gpu,
                                    weight_dtype="fp32" if calibrated else "bf16",
@@ -128,18 +136,23 @@ def cluster_panel(model: str = "Llama 3 70B", tp: int = 4, pp: int = 1, intercon
                     for t in TP_DEGREES if shape.n_heads % t == 0]
             chosen = next((r for r in rows if r.tp == tp_w.value), None)
             if chosen is None:
-                raise ValueError(f"TP degree {tp_w.value} does not divide the {shape.n_heads} heads of {shape.name}")
+                refuse(tr("ValueError: TP degree {tp} does not divide the {heads} heads of {model}", tp=tp_w.value,
+                          heads=shape.n_heads, model=shape.name))
+                return
             marks = ({"tp": calibration["tp"], "measured_ms": calibration["measured_ms"]} if calibrated else None)
-            show_figure(chart, cluster_figure(rows, chosen, f"{shape.name} on {gpu.name}, PP {pp_value}, "
-                                                            f"batch {batch_w.value}, context {ctx_w.value:,}", marks))
+            show_figure(chart, cluster_figure(rows, chosen, tr("{model} on {gpu}, PP {pp}, batch {batch}, context {context:,}",
+                                                               model=shape.name, gpu=gpu.name, pp=pp_value,
+                                                               batch=batch_w.value, context=ctx_w.value), marks))
             best = min((r for r in rows if r.fits), key=lambda r: r.total_s, default=None)
-            text.value = (
-                f"<div style='font-size:15px'>{chosen.gpus} GPU(s): step <b>{chosen.total_s * 1e3:.2f} ms</b> "
-                f"(weights {chosen.weights_s * 1e3:.2f}, KV {chosen.kv_s * 1e3:.2f}, TP all-reduce "
-                f"{chosen.tp_comm_s * 1e3:.2f} on {html.escape(chosen.tp_link)}, PP hops {chosen.pp_comm_s * 1e3:.3f}"
-                f" on {html.escape(chosen.pp_link)}) · memory per GPU {chosen.memory_per_gpu / 1e9:.1f} GB — "
-                f"{'fits' if chosen.fits else '<b>does not fit</b>'} · fastest layout that fits at this PP: "
-                f"{'none' if best is None else f'TP {best.tp} ({best.total_s * 1e3:.2f} ms)'}</div>")
+            text.value = "<div style='font-size:15px'>" + tr(
+                "{gpus} GPU(s): step <b>{step:.2f} ms</b> (weights {weights:.2f}, KV {kv:.2f}, TP all-reduce "
+                "{tp_comm:.2f} on {tp_link}, PP hops {pp_comm:.3f} on {pp_link}) · memory per GPU {memory:.1f} GB — "
+                "{fits} · fastest layout that fits at this PP: {best}",
+                gpus=chosen.gpus, step=chosen.total_s * 1e3, weights=chosen.weights_s * 1e3, kv=chosen.kv_s * 1e3,
+                tp_comm=chosen.tp_comm_s * 1e3, tp_link=html.escape(chosen.tp_link), pp_comm=chosen.pp_comm_s * 1e3,
+                pp_link=html.escape(chosen.pp_link), memory=chosen.memory_per_gpu / 1e9,
+                fits=tr("fits") if chosen.fits else tr("<b>does not fit</b>"),
+                best=tr("none") if best is None else f"TP {best.tp} ({best.total_s * 1e3:.2f} ms)") + "</div>"
         except Exception as err:                                # noqa: BLE001 - shown in the panel
             text.value = _error(f"{type(err).__name__}: {err}")
             chart.outputs = ()                                   # no bars of a setting that was refused

@@ -12,10 +12,11 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
+from ..i18n import tr
 from ..quant import FORMATS, GRANULARITIES, TARGETS, number_format, quantize_model, score, top1_agreement
 from ..validation import check_int, check_real, check_type
 from ..viz.quant import matrix_error_figure
-from .common import FigureOutput, guarded, panel_choice
+from .common import FigureOutput, error_html, guarded, panel_choice
 from .snapshot import Panel
 
 GROUP_SIZES = (32, 64, 128, 256)
@@ -47,12 +48,14 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
     for t in targets:
         panel_choice("targets", t, TARGETS)
     methods = ["rtn", "awq"] if calibration_ids is not None else ["rtn"]
-    fmt_w = widgets.ToggleButtons(options=list(FORMATS), value=fmt, description="format",
+    fmt_w = widgets.ToggleButtons(options=list(FORMATS), value=fmt, description=tr("format"),
                                   style={"button_width": "100px"})
-    gran_w = widgets.ToggleButtons(options=list(GRANULARITIES), value=granularity, description="scale per")
-    group_w = widgets.SelectionSlider(options=list(GROUP_SIZES), value=group_size, description="group size",
+    grains = {"tensor": tr("tensor"), "channel": tr("channel"), "group": tr("group")}      # value → label shown
+    gran_w = widgets.ToggleButtons(options=[(grains.get(g, g), g) for g in GRANULARITIES], value=granularity,
+                                   description=tr("scale per"))
+    group_w = widgets.SelectionSlider(options=list(GROUP_SIZES), value=group_size, description=tr("group size"),
                                       continuous_update=False, style={"description_width": "initial"})
-    method_w = widgets.ToggleButtons(options=methods, value="rtn", description="method")
+    method_w = widgets.ToggleButtons(options=methods, value="rtn", description=tr("method"))
     target_ws = {t: widgets.Checkbox(value=t in targets, description=t, indent=False,
                                      layout=widgets.Layout(width="110px")) for t in TARGETS}
     readout, error = widgets.HTML(), widgets.HTML()
@@ -70,11 +73,15 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
             cache[key] = (q, s.perplexity, top1_agreement(reference, s))
         return cache[key]
 
-    @guarded(lambda msg: setattr(error, "value", msg))
     def redraw(_change=None):
+        if not any(target_ws[t].value for t in TARGETS):      # nothing left to quantise: say so (a red line)
+            error.value = error_html(tr("tick at least one of attn / mlp / lm_head to quantise"))
+            return
+        _redraw()
+
+    @guarded(lambda msg: setattr(error, "value", msg))
+    def _redraw():
         chosen = tuple(t for t in TARGETS if target_ws[t].value)
-        if not chosen:
-            raise ValueError("tick at least one of attn / mlp / lm_head to quantise")
         scaled = number_format(fmt_w.value).scaled                # fp32 / bf16 / fp16 are a cast: no scale
         for w in (gran_w, group_w, method_w):
             w.disabled = not scaled
@@ -82,16 +89,21 @@ def quant_lab(lm, eval_ids: torch.Tensor, *, bandwidth: float, calibration_ids: 
             (fmt_w.value, "tensor", 0, chosen, "rtn")
         q, ppl, agree = evaluate(key)
         step_fp32, step_q = fp32_bytes / bandwidth, q.model_bytes / bandwidth
-        readout.value = (
-            f"<div style='font-size:16px'>perplexity <b>{ppl:.2f}</b> (fp32 {reference.perplexity:.2f}, "
-            f"{100 * (ppl / reference.perplexity - 1):+.1f} %) · top-1 agreement with fp32 <b>{100 * agree:.1f} %</b>"
-            f" · model <b>{q.model_bytes / 1e6:.1f} MB</b> (fp32 {fp32_bytes / 1e6:.1f} MB) · predicted step "
-            f"{1e3 * step_q:.2f} ms vs {1e3 * step_fp32:.2f} ms ({step_fp32 / step_q:.2f}× at "
-            f"{bandwidth / 1e9:.1f} GB/s, weights only)</div>")
-        label = f"per group of {group_w.value}" if gran_w.value == "group" else f"per {gran_w.value}"
-        title = (f"{fmt_w.value}, {label}, {method_w.value}: error of each matrix" if scaled else
-                 f"{fmt_w.value}: a cast, no scale" + (" — no rounding error at all" if fmt_w.value == "fp32"
-                                                       else ": the mantissa's rounding"))
+        readout.value = "<div style='font-size:16px'>" + tr(
+            "perplexity <b>{ppl:.2f}</b> (fp32 {ref:.2f}, {change:+.1f} %) · top-1 agreement with fp32 "
+            "<b>{agree:.1f} %</b> · model <b>{mb:.1f} MB</b> (fp32 {fp32_mb:.1f} MB) · predicted step "
+            "{step:.2f} ms vs {fp32_step:.2f} ms ({ratio:.2f}× at {gbs:.1f} GB/s, weights only)",
+            ppl=ppl, ref=reference.perplexity, change=100 * (ppl / reference.perplexity - 1), agree=100 * agree,
+            mb=q.model_bytes / 1e6, fp32_mb=fp32_bytes / 1e6, step=1e3 * step_q, fp32_step=1e3 * step_fp32,
+            ratio=step_fp32 / step_q, gbs=bandwidth / 1e9) + "</div>"
+        label = (tr("per group of {size}", size=group_w.value) if gran_w.value == "group" else
+                 tr("per tensor") if gran_w.value == "tensor" else tr("per channel"))
+        if not scaled:
+            title = (tr("{fmt}: a cast, no scale — no rounding error at all", fmt=fmt_w.value) if fmt_w.value == "fp32"
+                     else tr("{fmt}: a cast, no scale: the mantissa's rounding", fmt=fmt_w.value))
+        else:
+            title = tr("{fmt}, {scale}, {method}: error of each matrix", fmt=fmt_w.value, scale=label,
+                       method=method_w.value)
         chart.show(matrix_error_figure(q.errors, title))
 
     def group_moved(_change):                   # moving the group size means scaling per group

@@ -13,6 +13,7 @@ import html
 
 import ipywidgets as widgets
 
+from labsupport.i18n import tr
 from labsupport.quiz import RIGHT, WRONG, MultipleChoice, Numeric, Predict, Quiz
 from labsupport.widgets.snapshot import Panel
 
@@ -44,8 +45,10 @@ def quiz_panel(quiz: Quiz | list) -> Panel:
             return False, str(err)
         feedback[i].value = _feedback(ok, why)
         results[i] = ok
-        score.value = (f"<div style='font-size:15px'>{sum(results.values())} of {len(quiz)} right"
-                       f" ({len(results)} answered)</div>")
+        score.value = ("<div style='font-size:15px'>"
+                       + tr("{right} of {total} right ({answered} answered)", right=sum(results.values()),
+                            total=len(quiz), answered=len(results))
+                       + "</div>")
         return ok, why
 
     for i, q in enumerate(quiz.questions):
@@ -56,9 +59,10 @@ def quiz_panel(quiz: Quiz | list) -> Panel:
             buttons.observe(lambda ch, i=i: ch["new"] is not None and submit(i, ch["new"]), names="value")
             rows.append(buttons)
         elif isinstance(q, Numeric):
-            box = widgets.Text(placeholder=f"a number{' in ' + q.unit if q.unit else ''}", continuous_update=False,
+            box = widgets.Text(placeholder=tr("a number in {unit}", unit=q.unit) if q.unit else tr("a number"),
+                               continuous_update=False,
                                layout=widgets.Layout(width="220px"))
-            button = widgets.Button(description="check", button_style="info", layout=widgets.Layout(width="90px"))
+            button = widgets.Button(description=tr("check"), button_style="info", layout=widgets.Layout(width="90px"))
             button.on_click(lambda _, i=i, box=box: submit(i, box.value))
             box.observe(lambda ch, i=i: ch["new"].strip() and submit(i, ch["new"]), names="value")   # Enter
             rows.append(widgets.HBox([box, button, widgets.HTML(html.escape(q.unit))]))
@@ -100,7 +104,7 @@ def predict_panel(prediction: Predict) -> Panel:
             note.value, buttons.disabled = "", True
 
     prediction._listeners.append(show)
-    rows = [widgets.HTML("<h3 style='margin:4px 0'>Predict before you run the cells below</h3>"),
+    rows = [widgets.HTML(f"<h3 style='margin:4px 0'>{tr('Predict before you run the cells below')}</h3>"),
             widgets.HTMLMath(f"<div style='font-size:17px;margin-top:6px'>{prediction.prompt}</div>"),
             buttons, note, verdict]
     panel = Panel(rows)

@@ -25,6 +25,7 @@ import torch
 from IPython.display import HTML
 
 from labsupport.generation import generate, generate_batch, log2_prob, next_token_logits
+from labsupport.i18n import tr
 from labsupport.models import LoadedModel, max_positions
 from labsupport.sampling import (
     SamplingParams,
@@ -127,15 +128,16 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     top_n = min(top_n, lm.model.config.vocab_size)
     edit_n = min(edit_n, lm.model.config.vocab_size)
     cache = NextTokenCache(lm)
-    prompt_box = widgets.Text(value=prompt, description="prompt", continuous_update=False,
+    prompt_box = widgets.Text(value=prompt, description=tr("prompt"), continuous_update=False,
                               layout=widgets.Layout(width="95%"), style=_WIDE)
-    t_slider = widgets.FloatSlider(value=temperature, min=0.0, max=3.0, step=0.05, description="temperature T",
+    t_slider = widgets.FloatSlider(value=temperature, min=0.0, max=3.0, step=0.05, description=tr("temperature T"),
                                    continuous_update=True, readout_format=".2f", style=_WIDE,
                                    layout=widgets.Layout(width="60%"))
-    shift_button = widgets.Button(description=f"add {shift:+g} to every logit", icon="plus",
+    shift_button = widgets.Button(description=tr("add {shift:+g} to every logit", shift=shift), icon="plus",
                                   layout=widgets.Layout(width="auto"))
-    reset_button = widgets.Button(description="reset shift", layout=widgets.Layout(width="auto"))
-    mode = widgets.ToggleButtons(options=[("real model", "model"), (f"edit logits ({edit_n} candidates)", "edit")],
+    reset_button = widgets.Button(description=tr("reset shift"), layout=widgets.Layout(width="auto"))
+    mode = widgets.ToggleButtons(options=[(tr("real model"), "model"),
+                                          (tr("edit logits ({n} candidates)", n=edit_n), "edit")],
                                  value="model", style={"button_width": "auto"})
     edit_sliders = [widgets.FloatSlider(value=0.0, min=-EDIT_RANGE, max=EDIT_RANGE, step=0.1, description=f"z{k + 1}",
                                         continuous_update=True, readout_format=".1f", style=_WIDE,
@@ -185,33 +187,35 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
                 z, p = base + state["offset"], probs_from_logits(base + state["offset"], params)
                 p_unshifted = probs_from_logits(base, params)
                 bars_z, bars_p = z.tolist(), p.tolist()
-                scope = f"over these {edit_n} candidates only"
+                entropy_name = tr("entropy H (over these {n} candidates only)", n=edit_n)
             else:
                 z = logits + state["offset"]                           # (vocab,) shifted logits
                 p = probs_from_logits(z, params)                       # (vocab,) over the whole vocabulary
                 p_unshifted = probs_from_logits(logits, params)
                 top = torch.topk(logits, top_n).indices.tolist()       # order does not depend on T or shift
                 bars_z, bars_p = z[top].tolist(), p[top].tolist()
-                scope = f"over all {p.numel():,} tokens"
+                entropy_name = tr("entropy H (over all {n:,} tokens)", n=p.numel())
             order = sorted(range(len(top)), key=lambda k: -bars_z[k]) if editing else list(range(len(top)))
             labels = _labels(lm, top)
             fresh = distribution_figure([labels[k] for k in order], [bars_z[k] for k in order],
                                         [bars_p[k] for k in order])
-            fresh.layout.yaxis.title.text = (f"{edit_n} candidates (edited)" if editing else f"top {top_n} next tokens")
-            fresh.layout.xaxis2.title.text = f"probability p at T = {t:g}" + (" (greedy)" if t == 0 else "")
-            fresh.layout.title.text = f"Next token after “{html.escape(prompt_box.value[-40:])}”"
+            fresh.layout.yaxis.title.text = (tr("{n} candidates (edited)", n=edit_n) if editing
+                                             else tr("top {n} next tokens", n=top_n))
+            fresh.layout.xaxis2.title.text = (tr("probability p at T = {t:g} (greedy)", t=t) if t == 0
+                                              else tr("probability p at T = {t:g}", t=t))
+            fresh.layout.title.text = tr("Next token after “{prompt}”", prompt=html.escape(prompt_box.value[-40:]))
             figure.show(fresh)
             h = max(0.0, float(entropy_bits(p)))
-            parts = [_stat("max probability", f"{100 * float(p.max()):.1f} %"),
-                     _stat(f"entropy H ({scope})", f"{h:.2f} bits"),
-                     _stat("perplexity 2<sup>H</sup>", f"{float(perplexity(p)):.2f}" if editing
+            parts = [_stat(tr("max probability"), f"{100 * float(p.max()):.1f} %"),
+                     _stat(entropy_name, tr("{h:.2f} bits", h=h)),
+                     _stat(tr("perplexity 2<sup>H</sup>"), f"{float(perplexity(p)):.2f}" if editing
                            else f"{float(perplexity(p)):.1f}"),
-                     _stat("candidates for 90 %", f"{candidates_for_mass(p, 0.9):,} of {p.numel():,}")]
+                     _stat(tr("candidates for 90 %"), tr("{k:,} of {n:,}", k=candidates_for_mass(p, 0.9), n=p.numel()))]
             if state["offset"]:
                 dp = float((p - p_unshifted).abs().max())
-                parts.append(_stat(f"logits shifted by {state['offset']:+g}: max |Δp|", f"{dp:.1e}"))
+                parts.append(_stat(tr("logits shifted by {offset:+g}: max |Δp|", offset=state["offset"]), f"{dp:.1e}"))
             if cache.truncated:
-                parts.append(f"<div>(prompt cut to its last {len(ids)} tokens)</div>")
+                parts.append(f"<div>{tr('(prompt cut to its last {n} tokens)', n=len(ids))}</div>")
             stats.value = "".join(parts)
         except Exception as err:  # noqa: BLE001 - a panel never throws into the notebook
             stats.value = error_html(err)
@@ -247,8 +251,10 @@ def _samples_html(texts: list[str], first_ids: list[int], prompt_tail: str, seed
         f"<tr><td style='text-align:right;padding:2px 10px'>{c}×</td>"
         f"<td style='white-space:pre-wrap;text-align:left;padding:2px 6px'><span style='color:#777'>…{html.escape(prompt_tail)}</span>"
         f"<b>{html.escape(t)}</b></td></tr>" for t, c in counts.most_common())
-    return (f"<div style='font-size:16px'><b>{len(texts)} samples</b> (one generator seeded with {seed}): "
-            f"<b>{len(counts)} distinct</b> continuations, {len(set(first_ids))} distinct first tokens."
+    head = tr("<b>{n} samples</b> (one generator seeded with {seed}): <b>{distinct} distinct</b> continuations, "
+              "{first} distinct first tokens.", n=len(texts), seed=seed, distinct=len(counts),
+              first=len(set(first_ids)))
+    return (f"<div style='font-size:16px'>{head}"
             f"<table style='font-size:15px;margin-top:6px'>{rows}</table></div>")
 
 
@@ -306,21 +312,22 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                    style=_WIDE, layout=widgets.Layout(width="95%"), **kw)
 
     controls = {
-        "prompt": widgets.Text(value=prompt, description="prompt", continuous_update=False,
+        "prompt": widgets.Text(value=prompt, description=tr("prompt"), continuous_update=False,
                                layout=widgets.Layout(width="95%"), style=_WIDE),
-        "temperature": slider(widgets.FloatSlider, temperature, 0.0, 5.0, 0.05, "temperature T (0 = greedy)", ".2f"),
-        "top_k": slider(widgets.IntSlider, top_k, 0, vocab, 1, "top-k (0 = off)"),
-        "top_p": slider(widgets.FloatSlider, top_p, 0.01, 1.0, 0.01, "top-p (1 = off)", ".2f"),
-        "min_p": slider(widgets.FloatSlider, min_p, 0.0, 1.0, 0.05, "min-p (0 = off)", ".2f"),
+        "temperature": slider(widgets.FloatSlider, temperature, 0.0, 5.0, 0.05, tr("temperature T (0 = greedy)"),
+                              ".2f"),
+        "top_k": slider(widgets.IntSlider, top_k, 0, vocab, 1, tr("top-k (0 = off)")),
+        "top_p": slider(widgets.FloatSlider, top_p, 0.01, 1.0, 0.01, tr("top-p (1 = off)"), ".2f"),
+        "min_p": slider(widgets.FloatSlider, min_p, 0.0, 1.0, 0.05, tr("min-p (0 = off)"), ".2f"),
         "repetition_penalty": slider(widgets.FloatSlider, repetition_penalty, 0.1, 3.0, 0.05,
-                                     "repetition penalty θ (1 = off)", ".2f"),
+                                     tr("repetition penalty θ (1 = off)"), ".2f"),
         "frequency_penalty": slider(widgets.FloatSlider, frequency_penalty, -2.0, 2.0, 0.1,
-                                    "frequency penalty (0 = off)", ".1f"),
+                                    tr("frequency penalty (0 = off)"), ".1f"),
         "presence_penalty": slider(widgets.FloatSlider, presence_penalty, -2.0, 2.0, 0.1,
-                                   "presence penalty (0 = off)", ".1f"),
-        "seed": slider(widgets.IntSlider, seed, 0, 99, 1, "seed"),
-        "max_new_tokens": slider(widgets.IntSlider, max_new_tokens, 1, 60, 1, "new tokens"),
-        "samples": widgets.Button(description=f"{n_samples} samples", icon="random", button_style="info"),
+                                   tr("presence penalty (0 = off)"), ".1f"),
+        "seed": slider(widgets.IntSlider, seed, 0, 99, 1, tr("seed")),
+        "max_new_tokens": slider(widgets.IntSlider, max_new_tokens, 1, 60, 1, tr("new tokens")),
+        "samples": widgets.Button(description=tr("{n} samples", n=n_samples), icon="random", button_style="info"),
     }
     stats = widgets.HTML()
     continuation = widgets.HTML()
@@ -349,17 +356,19 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                               trace.final_probs[top].tolist(), [trace.reason[i] for i in top])
         figure.show(fresh)
         cut = Counter(r for r in trace.reason if r)
-        cut_text = ", ".join(f"{n:,} by {name}" for name, n in cut.items()) or "none"
-        stats.value = (_stat("candidates kept", f"{trace.num_kept:,} of {len(trace.reason):,}")
-                       + _stat("cut", cut_text)
-                       + _stat("entropy before the cut", f"{float(entropy_bits(trace.base_probs)):.2f} bits"))
+        cut_text = ", ".join(tr("{n:,} by {name}", n=n, name=name) for name, n in cut.items()) or tr("none")
+        stats.value = (_stat(tr("candidates kept"), tr("{k:,} of {n:,}", k=trace.num_kept, n=len(trace.reason)))
+                       + _stat(tr("cut"), cut_text)
+                       + _stat(tr("entropy before the cut"), tr("{h:.2f} bits", h=float(entropy_bits(trace.base_probs)))))
         result = generate(lm, ids, sp)                         # seeded by sp.seed: same sliders, same text
         bits = log2_prob(result.logprob)
         continuation.value = (
             f"<div style='font-size:17px;line-height:1.5'><span style='color:#777'>"
             f"{html.escape(lm.decode(ids[-30:]))}</span><b style='color:#1f4e9c'>{html.escape(result.text)}</b></div>"
-            f"<div style='font-size:14px;color:#555'>seed {sp.seed}, {len(result.token_ids)} tokens, finish reason "
-            f"“{result.finish_reason}”, Σ log₂ p under the model = {bits:.1f} bits</div>")
+            "<div style='font-size:14px;color:#555'>"
+            + tr("seed {seed}, {n} tokens, finish reason “{reason}”, Σ log₂ p under the model = {bits:.1f} bits",
+                 seed=sp.seed, n=len(result.token_ids), reason=result.finish_reason, bits=bits)
+            + "</div>")
 
     def samples(*_):
         sp = params()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import ipywidgets as W
 import numpy as np
 
+from ..i18n import tr
 from ..kv import blocks_needed
 from ..serving.cacheblend import CacheBlend
 from ..serving.tiers import TIERS, TieredKVCache, run_chat
@@ -24,7 +25,18 @@ R_GRID = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 def _error(e: Exception) -> str:
-    return f"<div style='color:#c00; font-size:15px'>error: {html.escape(type(e).__name__)}: {html.escape(str(e))}</div>"
+    line = tr("error: {kind}: {message}", kind=html.escape(type(e).__name__), message=html.escape(str(e)))
+    return f"<div style='color:#c00; font-size:15px'>{line}</div>"
+
+
+def _method_names() -> dict[str, str]:
+    """CacheBlend's selection methods as the reader reads them."""
+    return {"deviation": tr("deviation"), "random": tr("random"), "none": tr("none")}
+
+
+def _position_names() -> dict[str, str]:
+    """Where the chunks sit (the keys of ``blends`` the chapter uses; others as given)."""
+    return {"final": tr("final"), "zero": tr("zero")}
 
 
 def _slider(s: W.Widget) -> W.Widget:
@@ -46,15 +58,19 @@ def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRI
     """
     if not blends:
         raise ValueError("blends must hold at least one CacheBlend")
+    methods, positions = _method_names(), _position_names()
     curves = {}
     for pos, cb in blends.items():
         for method in ("deviation", "random"):
             res = [cb.run(x, method) for x in grid]
-            curves[f"{method}, chunks at {pos}"] = (list(grid), [x.kl for x in res], [x.top1 for x in res])
-    r_s = _slider(W.IntSlider(value=round(100 * r), min=0, max=100, step=1, description="recompute r (%)",
+            name = tr("{method}, chunks at {positions}", method=methods[method], positions=positions.get(pos, pos))
+            curves[name] = (list(grid), [x.kl for x in res], [x.top1 for x in res])
+    r_s = _slider(W.IntSlider(value=round(100 * r), min=0, max=100, step=1, description=tr("recompute r (%)"),
                               continuous_update=False))
-    method = _slider(W.Dropdown(options=["deviation", "random", "none"], value="deviation", description="select by"))
-    pos = _slider(W.Dropdown(options=list(blends), value=next(iter(blends)), description="chunk positions"))
+    method = _slider(W.Dropdown(options=[(methods[m], m) for m in ("deviation", "random", "none")], value="deviation",
+                                description=tr("select by")))
+    pos = _slider(W.Dropdown(options=[(str(positions.get(p, p)), p) for p in blends], value=next(iter(blends)),
+                             description=tr("chunk positions")))
     info, out = W.HTML(), W.Output()
 
     def redraw(_=None) -> None:
@@ -63,10 +79,16 @@ def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRI
             r_s.disabled = none
             r = 0.0 if none else r_s.value / 100
             res = blends[pos.value].run(r, method.value)
-            what = ("select by none: the chunks' caches reused as they are, nothing recomputed (r does not apply)"
-                    if none else f"r = {r_s.value} % ({len(res.selected)} of {blends[pos.value].T} context tokens)")
-            info.value = (f"<div style='font-size:16px'>{what}: KL = {res.kl:.4f} nats, top-1 = {res.top1:.0%}, "
-                          f"compute ≈ {res.compute_fraction:.0%} of a full prefill</div>")
+            scores = {"kl": res.kl, "top1": res.top1, "compute": res.compute_fraction}
+            if none:
+                line = tr("select by none: the chunks' caches reused as they are, nothing recomputed (r does not "
+                          "apply): KL = {kl:.4f} nats, top-1 = {top1:.0%}, compute ≈ {compute:.0%} of a full prefill",
+                          **scores)
+            else:
+                line = tr("r = {r} % ({n} of {T} context tokens): KL = {kl:.4f} nats, top-1 = {top1:.0%}, "
+                          "compute ≈ {compute:.0%} of a full prefill",
+                          r=r_s.value, n=len(res.selected), T=blends[pos.value].T, **scores)
+            info.value = f"<div style='font-size:16px'>{line}</div>"
             show_figure(out, blend_curve_figure(curves, marker_r=r))
         except (TypeError, ValueError, RuntimeError) as e:       # the panel keeps working
             info.value = _error(e)
@@ -89,11 +111,11 @@ def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_bl
 
     longest = len(system) + sum(len(t) + new_tokens for t in max(conversations, key=len))
     low = blocks_needed(longest, block_size) + 1                          # one conversation must fit the pool
-    pool = _slider(W.IntSlider(value=max(num_blocks, low), min=low, max=4 * low, description="pool blocks",
+    pool = _slider(W.IntSlider(value=max(num_blocks, low), min=low, max=4 * low, description=tr("pool blocks"),
                                continuous_update=False))
-    cpu = _slider(W.IntSlider(value=cpu_capacity, min=0, max=128, description="CPU tier (blocks)",
+    cpu = _slider(W.IntSlider(value=cpu_capacity, min=0, max=128, description=tr("CPU tier (blocks)"),
                               continuous_update=False))
-    disk = _slider(W.IntSlider(value=disk_capacity, min=0, max=256, description="disk tier (blocks)",
+    disk = _slider(W.IntSlider(value=disk_capacity, min=0, max=256, description=tr("disk tier (blocks)"),
                                continuous_update=False))
     info, out = W.HTML(), W.Output()
 
@@ -108,8 +130,9 @@ def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_bl
             ttft = {t: 1e3 * float(np.median(v)) if v else float("nan") for t, v in by.items()}
             computed = sum(r["computed"] for r in recs)
             total = sum(r["prompt_tokens"] for r in recs)
-            info.value = (f"<div style='font-size:16px'>{len(recs)} requests: {computed:,} of {total:,} prompt "
-                          f"tokens computed; audit of every tier passed</div>")
+            line = tr("{n} requests: {computed:,} of {total:,} prompt tokens computed; audit of every tier passed",
+                      n=len(recs), computed=computed, total=total)
+            info.value = f"<div style='font-size:16px'>{line}</div>"
             show_figure(out, tier_figure(hits, ttft, {t: len(v) for t, v in by.items()}))
         except (TypeError, ValueError, RuntimeError) as e:      # e.g. an audit failure: shown, not raised
             info.value = _error(e)

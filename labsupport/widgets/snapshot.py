@@ -21,6 +21,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from ..i18n import tr
+
 _PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
@@ -109,7 +111,8 @@ def snapshot_html(w: widgets.Widget) -> str:
             return ""
         return _control_html(w)
     except Exception as err:  # noqa: BLE001 - a snapshot must never break the display of the live panel
-        return f"<span style='color:#777'>[{type(w).__name__}: no snapshot ({html.escape(str(err))})]</span>"
+        note = tr("[{kind}: no snapshot ({error})]", kind=type(w).__name__, error=html.escape(str(err)))
+        return f"<span style='color:#777'>{note}</span>"
 
 
 class Panel(widgets.VBox):

@@ -17,6 +17,7 @@ import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 
+from labsupport.i18n import tr
 from labsupport.models import LoadedModel
 from labsupport.sampling import SamplingParams
 from labsupport.speculative import (
@@ -88,13 +89,13 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
     panel_int("n_rounds", n_rounds, 1, 1_000_000)
     panel_int("seed", seed, 0, 2 ** 32 - 1)
     controls = {
-        "alpha": widgets.FloatSlider(value=alpha, min=0.05, max=0.99, step=0.01, description="acceptance α",
+        "alpha": widgets.FloatSlider(value=alpha, min=0.05, max=0.99, step=0.01, description=tr("acceptance α"),
                                      style=_WIDE, continuous_update=False),
-        "gamma": widgets.IntSlider(value=gamma, min=1, max=gamma_max, description="draft length γ", style=_WIDE,
+        "gamma": widgets.IntSlider(value=gamma, min=1, max=gamma_max, description=tr("draft length γ"), style=_WIDE,
                                    continuous_update=False),
-        "c": widgets.FloatSlider(value=c, min=0.0, max=0.6, step=0.01, description="draft cost c", style=_WIDE,
+        "c": widgets.FloatSlider(value=c, min=0.0, max=0.6, step=0.01, description=tr("draft cost c"), style=_WIDE,
                                  continuous_update=False),
-        "s": widgets.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description="verify cost/token s",
+        "s": widgets.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description=tr("verify cost/token s"),
                                  style=_WIDE, continuous_update=False),
     }
     gammas = list(range(1, gamma_max + 1))
@@ -113,16 +114,17 @@ def theory_panel(alpha: float = 0.8, gamma: int = 4, c: float = 0.05, *, gamma_m
         best = best_gamma(a, cc, gamma_max, v=v)
         _copy_figure(curve, speedup_curve_figure(gammas, [expected_tokens_per_round(a, k) for k in gammas], theory,
                                                  mc, best=best, selected=g,
-                                                 title=f"Speed-up vs γ at α = {a:.2f}, c = {cc:.2f}, v(γ) = 1 + {s:.2f}γ"))
+                                                 title=tr("Speed-up vs γ at α = {alpha:.2f}, c = {c:.2f}, v(γ) = 1 + {s:.2f}γ",
+                                                          alpha=a, c=cc, s=s)))
         flags = simulate_rounds(a, g, 12, np.random.default_rng(seed + g))
         _copy_figure(strip, rounds_figure(flags_to_rounds(flags), _sim_label,
-                                          title=f"12 simulated rounds at γ = {g} (t = the target's own token)"))
+                                          title=tr("12 simulated rounds at γ = {gamma} (t = the target's own token)", gamma=g)))
         stats.value = "".join([
-            _stat("tokens / target forward (theory)", f"{expected_tokens_per_round(a, g):.2f}"),
-            _stat(f"Monte Carlo ({n_rounds} rounds)", f"{mc_tokens[g - 1]:.2f}"),
-            _stat("speed-up theory / MC", f"{theory[g - 1]:.2f}× / {mc[g - 1]:.2f}×"),
-            _stat("best γ", f"≥ {best[0]} (edge of the range, {best[1]:.2f}×)" if best[0] == gamma_max
-                  else f"{best[0]} ({best[1]:.2f}×)"),
+            _stat(tr("tokens / target forward (theory)"), f"{expected_tokens_per_round(a, g):.2f}"),
+            _stat(tr("Monte Carlo ({n} rounds)", n=n_rounds), f"{mc_tokens[g - 1]:.2f}"),
+            _stat(tr("speed-up theory / MC"), f"{theory[g - 1]:.2f}× / {mc[g - 1]:.2f}×"),
+            _stat(tr("best γ"), tr("≥ {gamma} (edge of the range, {speedup:.2f}×)", gamma=best[0], speedup=best[1])
+                  if best[0] == gamma_max else f"{best[0]} ({best[1]:.2f}×)"),
         ])
 
     for w in controls.values():
@@ -162,14 +164,15 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
         raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
     check_same_vocabulary(target, draft)
     proposers = {"draft model": lambda g: DraftModelProposer(draft, target, g), "n-gram": NgramProposer}  # γ → proposer
+    names = {"draft model": tr("draft model"), "n-gram": "n-gram"}                      # value → label shown
     controls = {
-        "proposer": widgets.ToggleButtons(options=list(proposers), value="draft model", description="proposer",
-                                          style=_WIDE),
-        "gamma": widgets.IntSlider(value=gamma, min=1, max=8, description="draft length γ", style=_WIDE,
+        "proposer": widgets.ToggleButtons(options=[(names[k], k) for k in proposers], value="draft model",
+                                          description=tr("proposer"), style=_WIDE),
+        "gamma": widgets.IntSlider(value=gamma, min=1, max=8, description=tr("draft length γ"), style=_WIDE,
                                    continuous_update=False),
-        "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description="temperature",
+        "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description=tr("temperature"),
                                            style=_WIDE, continuous_update=False),
-        "seed": widgets.IntSlider(value=seed, min=0, max=20, description="seed", style=_WIDE,
+        "seed": widgets.IntSlider(value=seed, min=0, max=20, description=tr("seed"), style=_WIDE,
                                   continuous_update=False),
     }
     figure = FigureOutput()                                 # drawn by update() below
@@ -187,13 +190,15 @@ def round_panel(target: LoadedModel, draft: LoadedModel, prompt: str, *, gamma: 
         state["result"] = res
         st = res.stats
         _copy_figure(figure, rounds_figure(res.rounds, target.token_str, max_rounds=max_rounds,
-                                           title=f"First rounds: {controls['proposer'].value}, γ = {g}, T = {t:g}"))
+                                           title=tr("First rounds: {proposer}, γ = {gamma}, T = {t:g}",
+                                                    proposer=names[controls["proposer"].value], gamma=g, t=t)))
         theory = st.theory_tokens_per_round
         stats.value = "".join([
-            _stat("measured α", _number(st.alpha)),
-            _stat("tokens / target forward", _number(st.tokens_per_round)),
-            _stat("theory at that α", _number(theory)),
-            _stat("target forwards", f"{st.target_forwards} for {len(res.token_ids)} tokens"),
+            _stat(tr("measured α"), _number(st.alpha)),
+            _stat(tr("tokens / target forward"), _number(st.tokens_per_round)),
+            _stat(tr("theory at that α"), _number(theory)),
+            _stat(tr("target forwards"), tr("{forwards} for {tokens} tokens", forwards=st.target_forwards,
+                                            tokens=len(res.token_ids))),
         ])
         text.value = (f"<div style='font-size:16px;font-family:monospace;white-space:pre-wrap'>"
                       f"<b>{html.escape(prompt)}</b>{html.escape(res.text)}</div>")

@@ -10,6 +10,7 @@ import html
 
 import ipywidgets as widgets
 
+from labsupport.i18n import tr
 from labsupport.models import LoadedModel
 from labsupport.sampling import SamplingParams
 from labsupport.speculative.engine import SpeculativeEngine
@@ -59,16 +60,21 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
     if not 1 <= layers < n_layers or not 1 <= gamma <= 6 or not 0 <= temperature <= 1.5:
         raise ValueError(f"layers must be in [1, {n_layers - 1}], gamma in [1, 6], temperature in [0, 1.5]; "
                          f"got {layers}, {gamma}, {temperature}")
+    method_names = {"Medusa heads": tr("Medusa heads"), "self-speculation": tr("self-speculation"),
+                    "lookahead": tr("lookahead")}                                   # value → label shown
+    shape_names = {"chain (1, 1, 1)": tr("chain (1, 1, 1)")}                          # the others are numbers
     controls = {
-        "method": widgets.ToggleButtons(options=list(METHODS), value=method, description="method", style=_WIDE),
-        "shape": widgets.Dropdown(options=list(SHAPES), value=shape, description="tree (top-k per depth)", style=_WIDE),
-        "gamma": widgets.IntSlider(value=gamma, min=1, max=6, description="γ / window", style=_WIDE,
+        "method": widgets.ToggleButtons(options=[(method_names[m], m) for m in METHODS], value=method,
+                                        description=tr("method"), style=_WIDE),
+        "shape": widgets.Dropdown(options=[(shape_names.get(k, k), k) for k in SHAPES], value=shape,
+                                  description=tr("tree (top-k per depth)"), style=_WIDE),
+        "gamma": widgets.IntSlider(value=gamma, min=1, max=6, description=tr("γ / window"), style=_WIDE,
                                    continuous_update=False),
-        "layers": widgets.IntSlider(value=layers, min=1, max=n_layers - 1, description="draft layers k", style=_WIDE,
-                                    continuous_update=False),
-        "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description="temperature",
+        "layers": widgets.IntSlider(value=layers, min=1, max=n_layers - 1, description=tr("draft layers k"),
+                                    style=_WIDE, continuous_update=False),
+        "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description=tr("temperature"),
                                            style=_WIDE, continuous_update=False),
-        "round": widgets.IntSlider(value=3, min=0, max=40, description="round shown", style=_WIDE,
+        "round": widgets.IntSlider(value=3, min=0, max=40, description=tr("round shown"), style=_WIDE,
                                    continuous_update=False),
     }
     # A plain plotly output redrawn on every change (show_figure), not a FigureWidget updated in place:
@@ -91,8 +97,8 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
         root = ([*out.prompt_ids, *out.token_ids])[rec.position - 1]
         tokens = [root, *tree.tokens[1:]]
         show_figure(figure, token_tree_figure(tokens, tree.parents, path, rec.next_token, target.token_str,
-                                              title=f"Round {i}: {len(tokens) - 1} candidates, "
-                                                    f"{len(path)} accepted"))
+                                              title=tr("Round {i}: {candidates} candidates, {accepted} accepted",
+                                                       i=i, candidates=len(tokens) - 1, accepted=len(path))))
 
     def show_active(c: dict) -> None:
         """Grey out the controls the chosen method does not read, and say why."""
@@ -102,11 +108,11 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
         controls["layers"].disabled = c["method"] != "self-speculation"
         why = []
         if medusa:
-            why.append("γ is the tree's depth under Medusa (set by the tree shape)")
+            why.append(tr("γ is the tree's depth under Medusa (set by the tree shape)"))
             if sampling:
-                why.append("at T > 0 Medusa drafts one chain from its heads (a tree is verified greedily only)")
+                why.append(tr("at T > 0 Medusa drafts one chain from its heads (a tree is verified greedily only)"))
         elif c["method"] == "lookahead":
-            why.append("γ is the Jacobi window under lookahead")
+            why.append(tr("γ is the Jacobi window under lookahead"))
         note.value = ("<div style='font-size:14px;color:#555'>" + html.escape("; ".join(why)) + "</div>") if why else ""
 
     def update(*_):
@@ -121,10 +127,11 @@ def variants_panel(target: LoadedModel, heads: MedusaHeads, prompt: str, *, meth
             controls["round"].max = max(0, len(out.rounds) - 1)
             st = out.spec_stats
             stats.value = "".join([
-                _stat("tokens / target forward", f"{st.tokens_per_round:.2f}"),
-                _stat("α at depth 1", f"{st.acceptance_by_position[0]:.2f}"),
-                _stat("nodes verified / round", f"{engine.num_verified_tokens / engine.num_rounds:.1f}"),
-                _stat("target forwards", f"{engine.num_rounds} for {len(out.token_ids)} tokens"),
+                _stat(tr("tokens / target forward"), f"{st.tokens_per_round:.2f}"),
+                _stat(tr("α at depth 1"), f"{st.acceptance_by_position[0]:.2f}"),
+                _stat(tr("nodes verified / round"), f"{engine.num_verified_tokens / engine.num_rounds:.1f}"),
+                _stat(tr("target forwards"), tr("{forwards} for {tokens} tokens", forwards=engine.num_rounds,
+                                                tokens=len(out.token_ids))),
             ])
             text.value = (f"<div style='font-size:16px;font-family:monospace;white-space:pre-wrap'>"
                           f"<b>{html.escape(prompt)}</b>{html.escape(out.text)}</div>")

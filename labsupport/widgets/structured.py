@@ -20,6 +20,7 @@ import ipywidgets as widgets
 import torch
 
 from labsupport.generation import next_token_logits
+from labsupport.i18n import tr
 from labsupport.models import LoadedModel, max_positions
 from labsupport.sampling import SamplingParams, probs_from_logits, sample
 from labsupport.structured import for_model, normalize_spec
@@ -46,12 +47,13 @@ def done_figure(num_tokens: int):
 
     from labsupport.viz.style import style
     fig = go.Figure()
-    fig.add_annotation(text=f"output complete: EOS after {num_tokens} token{'s' if num_tokens != 1 else ''} "
-                            "— press reset to start again", showarrow=False, x=0.5, y=0.5, xref="paper",
+    done = (tr("output complete: EOS after {n} token — press reset to start again", n=num_tokens) if num_tokens == 1
+            else tr("output complete: EOS after {n} tokens — press reset to start again", n=num_tokens))
+    fig.add_annotation(text=done, showarrow=False, x=0.5, y=0.5, xref="paper",
                        yref="paper", font={"size": 18})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return style(fig, "No more candidates: the grammar's output is complete", 380)
+    return style(fig, tr("No more candidates: the grammar's output is complete"), 380)
 
 def _stat(name: str, value: str) -> str:
     return (f"<div style='display:inline-block;margin:0 22px 6px 0'><div style='font-size:14px;color:#555'>"
@@ -66,18 +68,18 @@ def parse_result(text: str, spec: dict, grammar_state: int | None, grammar) -> s
     if kind == "json":
         try:
             jsonschema.validate(json.loads(text), payload)
-            return "valid JSON, matches the schema ✓"
-        except json.JSONDecodeError as err:
-            reason = f"does not parse yet ({err.msg})"
+            return tr("valid JSON, matches the schema ✓")
+        except json.JSONDecodeError as err:                    # the libraries' own words stay English
+            reason = tr("does not parse yet ({error})", error=err.msg)
         except jsonschema.ValidationError as err:
-            reason = f"parses, but {err.message}"
+            reason = tr("parses, but {error}", error=err.message)
     elif (re.fullmatch(payload, text) if kind == "regex" else text in payload):
-        return "matches ✓"
+        return tr("matches ✓")
     else:
-        reason = "does not match"
+        reason = tr("does not match")
     if grammar_state is not None and not grammar.is_accepting(grammar_state):
-        return f"incomplete: a valid prefix — {reason}"
-    return f"invalid — {reason}"
+        return tr("incomplete: a valid prefix — {reason}", reason=reason)
+    return tr("invalid — {reason}", reason=reason)
 
 
 def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: ", *, temperature: float = 1.0,
@@ -115,20 +117,21 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
     state = {"out": [], "gstate": grammar.initial_state(), "done": False, "note": "", "mask_us": 0.0,
              "gen": torch.Generator().manual_seed(seed)}
     controls = {
-        "grammar": widgets.ToggleButton(value=True, description="grammar ON", icon="check", button_style="success"),
+        "grammar": widgets.ToggleButton(value=True, description=tr("grammar ON"), icon="check", button_style="success"),
         "temperature": widgets.FloatSlider(value=temperature, min=0.0, max=2.0, step=0.05, style=_WIDE,
-                                           description="temperature T (0 = greedy)", continuous_update=False,
+                                           description=tr("temperature T (0 = greedy)"), continuous_update=False,
                                            layout=widgets.Layout(width="460px")),
-        "seed": widgets.IntSlider(value=seed, min=0, max=99, description="seed", style=_WIDE, continuous_update=False),
-        "sample": widgets.Button(description="sample next token", icon="step-forward",
+        "seed": widgets.IntSlider(value=seed, min=0, max=99, description=tr("seed"), style=_WIDE,
+                                  continuous_update=False),
+        "sample": widgets.Button(description=tr("sample next token"), icon="step-forward",
                                  layout=widgets.Layout(width="190px")),
-        "complete": widgets.Button(description="complete", icon="fast-forward",
-                                   tooltip=f"sample up to {max_complete} tokens, until EOS"),
-        "undo": widgets.Button(description="undo", icon="undo"),
-        "reset": widgets.Button(description="reset", icon="refresh"),
-        "text": widgets.Text(value="", placeholder='after reset, e.g. {"name":"Ann","name"', description="force text",
-                             style=_WIDE, layout=widgets.Layout(width="60%")),
-        "force_text": widgets.Button(description="force this text", icon="keyboard-o"),
+        "complete": widgets.Button(description=tr("complete"), icon="fast-forward",
+                                   tooltip=tr("sample up to {n} tokens, until EOS", n=max_complete)),
+        "undo": widgets.Button(description=tr("undo"), icon="undo"),
+        "reset": widgets.Button(description=tr("reset"), icon="refresh"),
+        "text": widgets.Text(value="", placeholder=tr("after reset, e.g. {example}", example='{"name":"Ann","name"'),
+                             description=tr("force text"), style=_WIDE, layout=widgets.Layout(width="60%")),
+        "force_text": widgets.Button(description=tr("force this text"), icon="keyboard-o"),
     }
     chip_pool = [widgets.Button(layout=widgets.Layout(width="auto")) for _ in range(top_n)]
     for b in chip_pool:
@@ -170,7 +173,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
 
     def _update():
         on = controls["grammar"].value
-        controls["grammar"].description = "grammar ON" if on else "grammar OFF"
+        controls["grammar"].description = tr("grammar ON") if on else tr("grammar OFF")
         controls["grammar"].button_style = "success" if on else ""
         text = lm.decode([t for t in state["out"] if t != lm.eos_token_id])
         g = state["gstate"]
@@ -180,11 +183,12 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                              f"<span style='color:#777'>{html.escape(prompt[-80:])}</span>"
                              f"<b style='color:#1f4e9c'>{html.escape(text)}</b>"
                              f"{'<span style=color:#2ca02c> ⟨EOS⟩</span>' if state['done'] else ''}</div>")
-        stats.value = (_stat("grammar state", "left the grammar ✗" if g is None else
-                             f"{g}{' (accepting)' if grammar.is_accepting(g) else ''}")
-                       + _stat("allowed next tokens", f"{allowed_n:,} of {grammar.vocab_size:,}")
-                       + _stat("mask look-up", f"{state['mask_us']:.0f} µs")
-                       + _stat("parse result", html.escape(parse_result(text, spec, g, grammar))))
+        stats.value = (_stat(tr("grammar state"), tr("left the grammar ✗") if g is None else
+                             tr("{state} (accepting)", state=g) if grammar.is_accepting(g) else f"{g}")
+                       + _stat(tr("allowed next tokens"), tr("{allowed:,} of {vocab:,}", allowed=allowed_n,
+                                                             vocab=grammar.vocab_size))
+                       + _stat(tr("mask look-up"), f"{state['mask_us']:.0f} µs")
+                       + _stat(tr("parse result"), html.escape(parse_result(text, spec, g, grammar))))
         if state["done"]:
             for b in chip_pool:
                 b.token, b.layout.display = None, "none"
@@ -243,12 +247,20 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
         for tok in lm.encode(text):
             g = state["gstate"]
             if controls["grammar"].value and g is not None and not grammar.allowed_token_mask(g)[tok]:
-                before = (f"the {added} token{'' if added == 1 else 's'} before it {'was' if added == 1 else 'were'} "
-                          "added, it and the rest were not" if added else "nothing was added")
-                where = "" if added or not state["out"] else " (forced text continues the output so far: press reset to start from the prompt)"
-                note.value = (f"<div style='color:#b35900;font-size:16px'>refused by the grammar: token "
-                              f"“{html.escape(lm.token_str(tok))}” ({_only(grammar.num_allowed(g))} allowed "
-                              f"here); {before}{where}</div>")
+                n, shown = grammar.num_allowed(g), html.escape(lm.token_str(tok))
+                refused = (tr("refused by the grammar: token “{token}” (only {n:,} token is allowed here)",
+                              token=shown, n=n) if n == 1 else
+                           tr("refused by the grammar: token “{token}” (only {n:,} tokens are allowed here)",
+                              token=shown, n=n))
+                if added:
+                    rest = (tr("the 1 token before it was added, it and the rest were not") if added == 1 else
+                            tr("the {n} tokens before it were added, it and the rest were not", n=added))
+                elif state["out"]:
+                    rest = tr("nothing was added (forced text continues the output so far: "
+                              "press reset to start from the prompt)")
+                else:
+                    rest = tr("nothing was added")
+                note.value = f"<div style='color:#b35900;font-size:16px'>{refused}; {rest}</div>"
                 return
             append(tok)
             added += 1
@@ -292,7 +304,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
     row1 = widgets.HBox([controls["grammar"], controls["temperature"], controls["seed"]])
     row2 = widgets.HBox([controls[k] for k in ("sample", "complete", "undo", "reset")])
     row3 = widgets.HBox([controls["text"], controls["force_text"]])
-    box = Panel([row1, row2, output_html, stats, note, widgets.HTML("<b>candidates</b> (press to force):"),
+    box = Panel([row1, row2, output_html, stats, note, widgets.HTML(tr("<b>candidates</b> (press to force):")),
                         chips, row3, figure])
     box.controls, box.figure, box.stats, box.note, box.chips, box.update = controls, figure, stats, note, chips, update
     box.force, box.force_text, box.sample_next, box.complete, box.reset, box.undo = (
