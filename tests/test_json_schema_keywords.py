@@ -67,6 +67,18 @@ CASES = [
     ({"type": "number", "maximum": -3}, [-3, -3.5, -100.25], [-2.9, 0, 3]),
     ({"type": "number", "exclusiveMinimum": 0}, [0.001, 1, 7.5], [0, -0.5]),
     ({"type": "number", "multipleOf": 5, "minimum": 0}, [0, 5, 100], [2.5, 3, -5]),
+    ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+      "additionalProperties": {"type": "boolean"}},
+     [{}, {"a": 1}, {"x": True}, {"x": False, "a": 2, "y": True}, {"ab": True}, {"é": False}],
+     [{"x": 1}, {"a": True}, {"a": 10}, {"x": None, "a": 1}]),
+    ({"type": "object", "additionalProperties": {"type": "null"}, "minProperties": 1, "maxProperties": 2},
+     [{"k": None}, {"k": None, "j": None}], [{}, {"a": None, "b": None, "c": None}, {"a": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"}, "c": {"type": "null"}},
+      "minProperties": 2, "maxProperties": 2},
+     [{"a": None, "b": None}, {"c": None, "a": None}], [{"a": None}, {"a": None, "b": None, "c": None}, {}]),
+    ({"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a"], "minProperties": 2,
+      "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 3}},
+     [{"a": None, "n": 0}, {"m": 3, "a": None, "n": 1}], [{"a": None}, {"n": 1, "m": 2}, {"a": None, "n": 4}]),
 ]
 
 

@@ -152,32 +152,49 @@ class NFA:
         return end
 
     def _keys(self, node: Keys, start: int) -> int:
-        """Hub states: a set of written keys (any order) or the last index written (fixed order)."""
+        """Hub states: (the set of written keys (any order) or the last index written (fixed order),
+        the members written so far, counted up to what ``min_count`` / ``max_count`` can tell apart)."""
         n = len(node.members)
         if node.any_order and n > MAX_ANY_ORDER_KEYS:
             raise ValueError(f"properties: at most {MAX_ANY_ORDER_KEYS} keys can be accepted in any order "
                              f"(the automaton needs 2^n states), got {n}; use any_order=False")
         required = {i for i, (_, _, req) in enumerate(node.members) if req}
-        first_hub = frozenset() if node.any_order else -1
+        cap = node.max_count if node.max_count is not None else node.min_count
+        if node.extra is not None:
+            cap = max(cap, 1)                              # then c > 0 tells whether anything was written
+
+        def count(c: int) -> int | None:                  # members written after one more; None: too many
+            if node.max_count is not None and c + 1 > node.max_count:
+                return None
+            return min(c + 1, cap)
+
+        first_hub = (frozenset() if node.any_order else -1, 0)
         hubs = {first_hub: self.build(node.open, start)}
         end = self.new()
         queue = deque([first_hub])
         while queue:
             hub = queue.popleft()
+            keys, c = hub
             if node.any_order:
-                done, nxt = hub, [k for k in range(n) if k not in hub]
-                can_close = required <= hub
+                done, nxt = bool(keys) or c > 0, [k for k in range(n) if k not in keys]
+                can_close = required <= keys
             else:
-                done = hub >= 0
-                later = range(hub + 1, n)
-                nxt = [j for j in later if not required & set(range(hub + 1, j))]
+                done = keys >= 0 or c > 0
+                later = range(keys + 1, n)
+                nxt = [j for j in later if not required & set(range(keys + 1, j))]
                 can_close = not required & set(later)
-            if can_close:
+            if can_close and c >= node.min_count:
                 self.eps[self.build(node.close, hubs[hub])].append(end)
-            for k in nxt:
-                target = hub | {k} if node.any_order else k
+            moves = [((keys | {k}) if node.any_order else k, node.members[k][1]) for k in nxt]
+            if node.extra is not None:
+                moves.append((keys, node.extra))            # an unlisted member: the listed keys stay as they were
+            for target_keys, member in moves:
+                c2 = count(c)
+                if c2 is None:
+                    continue
+                target = (target_keys, c2)
                 s = self.build(node.sep if done else node.first, hubs[hub])
-                s = self.build(node.members[k][1], s)
+                s = self.build(member, s)
                 if target not in hubs:
                     hubs[target] = self.new()
                     queue.append(target)

@@ -9,7 +9,11 @@ path, never ignored:
 ``enum``/``const`` any JSON values, written compactly, filtered by ``type`` (a value of another
                   type can never validate); combined with the other keywords by intersection
 object            ``properties``, ``required`` (any order by default, each key once),
-                  ``additionalProperties: false`` (the default here: no other keys are written)
+                  ``additionalProperties``: ``false`` (the default here: no other keys are
+                  written) or a schema for the values of other keys, which are written as plain
+                  strings (no escapes, so a key's text is its value and differs from every listed
+                  name — an automaton difference); ``true`` (any value) needs a stack: refused;
+                  ``minProperties`` / ``maxProperties`` (the member count is part of the hub state)
 array             ``items`` (a schema, or ``false`` after ``prefixItems``), ``prefixItems``,
                   ``minItems``, ``maxItems``
 integer           ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (either
@@ -46,15 +50,24 @@ from __future__ import annotations
 
 import json
 
-from .automaton import Machine, compile_tree, intersect
-from .json_values import BOOLEAN, NULL, STRING_CHAR, bad, integer_range, integer_tree, length_range, number_tree, \
-    string_tree  # noqa: F401  (STRING_CHAR, integer_range: re-exported)
+from .automaton import Machine, compile_tree, difference, intersect
+from .json_values import (
+    BOOLEAN,
+    NULL,
+    STRING_CHAR,
+    bad,
+    integer_range,
+    integer_tree,
+    length_range,
+    number_tree,
+    string_tree,  # noqa: F401  (STRING_CHAR, integer_range: re-exported)
+)
 from .regex import EMPTY, Alt, Keys, Repeat, Seq, chars, literal
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
                "definitions", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
 TYPE_KEYWORDS = {
-    "object": {"properties", "required", "additionalProperties"},
+    "object": {"properties", "required", "additionalProperties", "minProperties", "maxProperties"},
     "array": {"items", "prefixItems", "minItems", "maxItems"},
     "string": {"minLength", "maxLength", "pattern", "format"},
     "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
@@ -389,14 +402,43 @@ class _Compiler:
                       "properties are not written here)")
         if len(set(required)) != len(required):
             raise bad(path, "required", f"lists a name twice: {required!r}")
-        if schema.get("additionalProperties", False) is not False:
-            raise bad(path, "additionalProperties", "only false is supported (no keys beyond properties)")
+        additional = schema.get("additionalProperties", False)
+        if additional is True:
+            raise bad(path, "additionalProperties", "true (any key with any JSON value) needs a stack: give a "
+                      "schema for the values of the other keys, or false")
+        extra = None
+        if additional is not False:
+            value = self.tree(additional, f"{path}/additionalProperties", refs)
+            extra = Seq((_other_key(list(props), path), ws, literal(":"), ws, value))
+        low, high = length_range(schema, path, "minProperties", "maxProperties")
+        if extra is None and low > len(props):
+            raise bad(path, "minProperties", f"asks for {low} keys, but only the {len(props)} of properties can "
+                      "be written (additionalProperties is false)")
         members = []
         for name, sub in props.items():
             value = self.tree(sub, f"{path}/properties/{name}", refs)
             members.append((name, Seq((_value_literal(name), ws, literal(":"), ws, value)), name in required))
+        if high is not None and high < len(required):
+            raise bad(path, "maxProperties", f"is {high}, below the {len(required)} required keys")
         return Keys(members=tuple(members), any_order=self.any_order, open=literal("{"), first=ws,
-                    sep=Seq((ws, literal(","), ws)), close=Seq((ws, literal("}"))))
+                    sep=Seq((ws, literal(","), ws)), close=Seq((ws, literal("}"))), extra=extra,
+                    min_count=low, max_count=high)
+
+
+#: A key of ``additionalProperties``: a JSON string written without escapes, so its text is its
+#: value, and a text that differs from every listed name's is a key that differs from every name.
+_PLAIN_KEY = Seq((literal('"'), Repeat(STRING_CHAR.options[0], 0, None), literal('"')))
+
+
+def _other_key(names: list[str], path: str) -> Machine:
+    """Any plain JSON string except the listed property names (an automaton difference)."""
+    keys = compile_tree(_PLAIN_KEY)
+    if not names:
+        return Machine(keys)
+    try:
+        return Machine(difference(keys, compile_tree(Alt(tuple(_value_literal(n) for n in names)))))
+    except ValueError as err:                          # cannot happen: infinitely many strings are left
+        raise bad(path, "additionalProperties", str(err)) from None
 
 
 def schema_to_tree(schema, *, whitespace: int = 0, any_order: bool = True, path: str = "", root=None):

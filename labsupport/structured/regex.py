@@ -61,7 +61,10 @@ class Keys:
     ``members[i] = (name, node, required)``; ``any_order=True`` lets members come in any
     order, each at most once, all required ones present; ``False`` keeps the listed order
     (optional ones may be skipped). ``open`` / ``first`` / ``sep`` / ``close`` are nodes (the
-    braces, the comma and the whitespace around them).
+    braces, the comma and the whitespace around them). ``extra``: a node for one member that is
+    not listed (JSON Schema's ``additionalProperties`` schema), allowed any number of times
+    anywhere among the others; ``min_count`` / ``max_count`` bound the number of members written
+    (``minProperties`` / ``maxProperties``; ``None``: no upper bound).
     """
     members: tuple
     any_order: bool
@@ -69,6 +72,9 @@ class Keys:
     first: object
     sep: object
     close: object
+    extra: object = None
+    min_count: int = 0
+    max_count: int | None = None
 
 
 EMPTY = Seq(())
