@@ -79,6 +79,14 @@ CASES = [
     ({"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a"], "minProperties": 2,
       "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 3}},
      [{"a": None, "n": 0}, {"m": 3, "a": None, "n": 1}], [{"a": None}, {"n": 1, "m": 2}, {"a": None, "n": 4}]),
+    ({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99}},
+      "patternProperties": {"^x_": {"type": "boolean"}, "^i": {"type": "integer", "minimum": 5}},
+      "additionalProperties": {"type": "null"}},
+     [{"x_a": True}, {"id": 7}, {"ix": 5}, {"y": None}, {"x_": False, "y": None, "id": 50}],
+     [{"x_a": 1}, {"id": 3}, {"ix": 4}, {"y": 1}, {"x_a": None}]),          # "id" matches "^i": both apply
+    ({"type": "object", "patternProperties": {"[0-9]": {"type": "string", "maxLength": 1}}, "maxProperties": 2,
+      "additionalProperties": False},
+     [{}, {"a1": "x"}, {"1": "", "2b": "y"}], [{"a": "x"}, {"1": "xy"}, {"1": "a", "2": "b", "3": "c"}]),
 ]
 
 

@@ -120,6 +120,8 @@ def test_whitespace_is_bounded():
     ({"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a"], "maxProperties": 0},
      "maxProperties"),
     ({"type": "object", "additionalProperties": {"type": "null"}, "minProperties": -1}, "minProperties"),
+    ({"type": "object", "patternProperties": {"^a": {"type": "null"}, "b$": {"type": "boolean"}}}, "patternProperties"),
+    ({"type": "object", "patternProperties": ["^a"]}, "patternProperties"),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
     ({"minLength": 3}, "minLength"),
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"]}, "required"),

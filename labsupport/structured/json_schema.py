@@ -13,6 +13,8 @@ object            ``properties``, ``required`` (any order by default, each key o
                   written) or a schema for the values of other keys, which are written as plain
                   strings (no escapes, so a key's text is its value and differs from every listed
                   name — an automaton difference); ``true`` (any value) needs a stack: refused;
+                  ``patternProperties`` (keys the pattern finds, as plain strings; a listed
+                  key it finds obeys both schemas; patterns that can find the same key refused);
                   ``minProperties`` / ``maxProperties`` (the member count is part of the hub state)
 array             ``items`` (a schema, or ``false`` after ``prefixItems``), ``prefixItems``,
                   ``minItems``, ``maxItems``
@@ -50,24 +52,25 @@ from __future__ import annotations
 
 import json
 
-from .automaton import Machine, compile_tree, difference, intersect
+from .automaton import Machine, compile_tree, difference, disjoint, intersect
 from .json_values import (
     BOOLEAN,
     NULL,
     STRING_CHAR,
     bad,
-    integer_range,
+    integer_range,  # noqa: F401  (re-exported, with STRING_CHAR)
     integer_tree,
     length_range,
     number_tree,
-    string_tree,  # noqa: F401  (STRING_CHAR, integer_range: re-exported)
+    string_tree,
 )
 from .regex import EMPTY, Alt, Keys, Repeat, Seq, chars, literal
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
                "definitions", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
 TYPE_KEYWORDS = {
-    "object": {"properties", "required", "additionalProperties", "minProperties", "maxProperties"},
+    "object": {"properties", "required", "additionalProperties", "patternProperties", "minProperties",
+               "maxProperties"},
     "array": {"items", "prefixItems", "minItems", "maxItems"},
     "string": {"minLength", "maxLength", "pattern", "format"},
     "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
@@ -406,14 +409,23 @@ class _Compiler:
         if additional is True:
             raise bad(path, "additionalProperties", "true (any key with any JSON value) needs a stack: give a "
                       "schema for the values of the other keys, or false")
-        extra = None
+        patterns = _pattern_keys(schema.get("patternProperties", {}), list(props), path)
+        others = [Seq((Machine(keys), ws, literal(":"), ws, self.tree(sub, f"{path}/patternProperties/{p}", refs)))
+                  for p, keys, _, sub in patterns]
         if additional is not False:
-            value = self.tree(additional, f"{path}/additionalProperties", refs)
-            extra = Seq((_other_key(list(props), path), ws, literal(":"), ws, value))
+            rest = _other_key(list(props), [m for _, _, m, _ in patterns], path)
+            if rest is not None:
+                value = self.tree(additional, f"{path}/additionalProperties", refs)
+                others.append(Seq((rest, ws, literal(":"), ws, value)))
+        extra = None if not others else others[0] if len(others) == 1 else Alt(tuple(others))
         low, high = length_range(schema, path, "minProperties", "maxProperties")
         if extra is None and low > len(props):
             raise bad(path, "minProperties", f"asks for {low} keys, but only the {len(props)} of properties can "
                       "be written (additionalProperties is false)")
+        for name in props:                       # a listed key that a pattern matches obeys both schemas
+            also = [sub for _, _, matcher, sub in patterns if matcher.matches(json.dumps(name, ensure_ascii=False))]
+            if also:
+                props = dict(props, **{name: {"allOf": [props[name], *also]}})
         members = []
         for name, sub in props.items():
             value = self.tree(sub, f"{path}/properties/{name}", refs)
@@ -430,15 +442,47 @@ class _Compiler:
 _PLAIN_KEY = Seq((literal('"'), Repeat(STRING_CHAR.options[0], 0, None), literal('"')))
 
 
-def _other_key(names: list[str], path: str) -> Machine:
-    """Any plain JSON string except the listed property names (an automaton difference)."""
+def _names(names: list[str]):
+    return compile_tree(Alt(tuple(_value_literal(n) for n in names)))
+
+
+def _pattern_keys(patterns, names: list[str], path: str) -> list:
+    """``patternProperties`` as ``(pattern, keys DFA, matcher DFA, schema)``: the keys are the plain
+    strings the pattern finds (a search) that are not listed names; the matcher, the JSON strings the
+    pattern finds (to tell which listed names it also covers). Patterns whose keys overlap are refused:
+    such a key would have to satisfy both schemas at once."""
+    if not isinstance(patterns, dict):
+        raise bad(path, "patternProperties", f"must be a dict of pattern -> schema, got {patterns!r}")
+    out = []
+    for pattern, sub in patterns.items():
+        where = f"{path}/patternProperties"
+        if any("\\" in json.dumps(n, ensure_ascii=False) for n in names):
+            raise bad(path, "patternProperties", "is not combined with property names that need escapes")
+        matcher = compile_tree(string_tree({"type": "string", "pattern": pattern}, where))
+        try:
+            keys = intersect(compile_tree(_PLAIN_KEY), matcher)
+            if names:
+                keys = difference(keys, _names(names))
+        except ValueError:
+            continue                                   # the pattern adds no key beyond the listed ones
+        for other, other_keys, _, _ in out:
+            if not disjoint(keys, other_keys):
+                raise bad(path, "patternProperties", f"patterns {other!r} and {pattern!r} can match the same key, "
+                          "which would then have to satisfy both schemas; refused (use one pattern)")
+        out.append((pattern, keys, matcher, sub))
+    return out
+
+
+def _other_key(names: list[str], matchers: list, path: str) -> Machine | None:
+    """Any plain JSON string except the listed names and the keys a pattern finds (automaton
+    differences); None when nothing is left."""
     keys = compile_tree(_PLAIN_KEY)
-    if not names:
-        return Machine(keys)
     try:
-        return Machine(difference(keys, compile_tree(Alt(tuple(_value_literal(n) for n in names)))))
-    except ValueError as err:                          # cannot happen: infinitely many strings are left
-        raise bad(path, "additionalProperties", str(err)) from None
+        for taken in ([_names(names)] if names else []) + matchers:
+            keys = difference(keys, taken)
+    except ValueError:
+        return None
+    return Machine(keys)
 
 
 def schema_to_tree(schema, *, whitespace: int = 0, any_order: bool = True, path: str = "", root=None):
