@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .regex import Alt, Chars, Keys, Repeat, Seq
+from .regex import Alt, Chars, Keys, RawByte, Repeat, Seq
 
 MAX_ANY_ORDER_KEYS = 6        # 2^6 = 64 hubs × 6 member copies; 7+ raises ValueError
 MAX_NFA_STATES = 200_000
@@ -129,6 +129,10 @@ class NFA:
             return end
         if isinstance(node, Keys):
             return self._keys(node, start)
+        if isinstance(node, RawByte):
+            end = self.new()
+            self.edges[start].append((node.value, node.value, end))
+            return end
         if isinstance(node, Machine):
             return self._machine(node.dfa, start)
         raise TypeError(f"unknown grammar node {node!r}")

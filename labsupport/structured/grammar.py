@@ -10,7 +10,8 @@ Interface (all a decode loop needs)::
     g.is_accepting(state)                          # EOS is allowed exactly here
 
 A request spec is a dict: ``{"json": schema}`` (or a bare JSON Schema dict),
-``{"regex": pattern}``, or ``{"choice": [text, ...]}``; JSON specs may add ``"whitespace": k``
+``{"regex": pattern}``, ``{"choice": [text, ...]}``, or ``{"grammar": ebnf_text}`` (a context-free
+grammar with recursion, :mod:`.pushdown`; vLLM's ``grammar`` option); JSON specs may add ``"whitespace": k``
 (0..8, default 0) and ``"any_order": bool`` (default True). Compiled grammars are cached
 per (tokenizer, spec), so a thousand requests with one schema compile it once.
 
@@ -35,10 +36,11 @@ import torch
 from ..validation import check_bool, check_int, check_type
 from .automaton import DFA, compile_tree
 from .json_schema import schema_to_tree
+from .pushdown import PushdownOutput, check_grammar
 from .regex import Alt, literal, parse_regex
 from .token_index import TokenIndex, token_bytes
 
-SPEC_KINDS = ("json", "regex", "choice")
+SPEC_KINDS = ("json", "regex", "choice", "grammar")
 JSON_OPTIONS = ("whitespace", "any_order")
 COMMON_OPTIONS = ("fit_max_tokens",)
 MAX_WHITESPACE = 8
@@ -77,6 +79,12 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
         schema_to_tree(payload, whitespace=options["whitespace"], any_order=options["any_order"])   # raises early
     elif kind == "regex":
         parse_regex(payload)
+    elif kind == "grammar":
+        check_type("structured_output['grammar']", payload, str)
+        if options.get("fit_max_tokens"):
+            raise ValueError("structured_output['fit_max_tokens'] is not supported with 'grammar' yet (the distance "
+                             "to a complete output depends on the stack)")
+        check_grammar(payload)                                      # raises early, naming the line
     else:
         if not isinstance(payload, (list, tuple)) or not payload:
             raise ValueError(f"structured_output['choice'] must be a non-empty list of strings, got {payload!r}")
@@ -268,6 +276,10 @@ def compile_structured_output(spec, tokenizer, *, vocab_size: int | None = None,
     if hit is not None and hit[0] is tokenizer:
         _CACHE.move_to_end(cache_key)
         return hit[1]
+    if kind == "grammar":
+        compiled = PushdownOutput(payload, _tokens_of(tokenizer, vocab), eos, device, key)
+        _CACHE[cache_key] = (tokenizer, compiled)
+        return compiled
     start = time.perf_counter()
     dfa = compile_tree(spec_tree(kind, payload, options))
     index = TokenIndex(dfa, _tokens_of(tokenizer, vocab), eos, device)

@@ -55,6 +55,13 @@ class Repeat:
 
 
 @dataclass(frozen=True)
+class RawByte:
+    """One raw byte that no UTF-8 text contains (``0xF5`` … ``0xFF``): a grammar's reference to a
+    recursive rule inside a rule's automaton (:mod:`.ebnf`, :mod:`.pushdown`)."""
+    value: int
+
+
+@dataclass(frozen=True)
 class Keys:
     """JSON object members ``open (first member (sep member)*)? close`` with order rules.
 

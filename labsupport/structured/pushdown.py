@@ -1,0 +1,244 @@
+"""A context-free grammar over tokens: one automaton per recursive rule and a stack of them.
+
+A finite automaton cannot check that brackets balance at any depth; a **pushdown** matcher can.
+:mod:`.ebnf` leaves a byte DFA per rule that needs a stack, where a reference to such a rule is
+a symbol byte. The matcher's state is a set of **stacks** of frames ``(rule, DFA state)``; the
+top frame reads the text:
+
+* a byte the top rule's DFA reads moves its state;
+* a symbol the top rule's DFA can read **calls** that rule: the top frame moves past the symbol
+  (its return point) and a new frame ``(rule, 0)`` is pushed;
+* an accepting top frame may **return**: it is popped and its caller goes on.
+
+Several stacks at once keep the grammar's ambiguities exact (a set of stacks, like Earley's
+items, bounded by :data:`MAX_STACK` frames; left recursion is refused).
+
+**Token masks** (the idea behind XGrammar's adaptive token mask cache, Dong et al., 2024): most
+tokens are decided by the top frame alone — a token whose bytes the top rule's DFA reads without
+calling or returning is allowed whatever lies below. Those are one vectorised look-up per
+``(rule, state)``, cached (:class:`~.token_index.TokenIndex`). Only the other tokens, and only
+those whose first byte can start somewhere, are walked through the stack; and each whole
+stack-set's mask is cached too, so a state seen again costs a dictionary look-up.
+
+Interface: the same as :class:`~.grammar.StructuredOutput` (integer states, ``allowed_token_mask``,
+``advance``, ``is_accepting``, ``matches``), so ``generate``, ``LLMEngine`` and the speculative
+engine take either.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..validation import check_int
+from .automaton import DFA, compile_tree
+from .ebnf import SYMBOL_BYTES, lower
+from .token_index import TokenIndex
+
+MAX_STACK = 64          # frames: deeper nesting than this is refused (the output stays valid: it must close)
+TEXT_BYTES = SYMBOL_BYTES[0]          # bytes below this are text; the rest are rule symbols
+
+
+def check_grammar(text: str) -> None:
+    """Parse and check ``text`` (syntax, undefined rules, left recursion) without a tokenizer.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+        ValueError: what :func:`~.ebnf.lower` raises, or a left-recursive rule.
+    """
+    symbols, trees = lower(text)
+    _left_recursion(symbols, [compile_tree(trees[name]) for name in symbols])
+
+
+def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
+    """A rule that can call itself before reading a byte would push forever: refuse it."""
+    code = {SYMBOL_BYTES[i]: i for i in range(len(symbols))}
+    calls = {}
+    for r, dfa in enumerate(dfas):
+        seen, todo, out = {0}, [0], set()
+        while todo:                                   # states reachable by calls of nullable rules
+            q = todo.pop()
+            for byte, s in code.items():
+                t = int(dfa.transitions[q, byte])
+                if t >= 0:
+                    out.add(s)
+                    if dfas[s].accepting[0] and t not in seen:
+                        seen.add(t)
+                        todo.append(t)
+        calls[r] = out
+    for r in calls:
+        seen, todo = set(), list(calls[r])
+        while todo:
+            s = todo.pop()
+            if s == r:
+                raise ValueError(f"grammar rule {symbols[r]!r} is left-recursive (it can reach itself before "
+                                 "reading any text); rewrite it with repetition, e.g. a ::= b (\"+\" b)*")
+            if s not in seen:
+                seen.add(s)
+                todo.extend(calls[s])
+
+
+class PushdownOutput:
+    """A grammar with recursion, compiled for one tokenizer (see the module docstring)."""
+
+    def __init__(self, text: str, tokens: list[bytes | None], eos_token_id: int | None,
+                 device: torch.device | str = "cpu", key: str = "") -> None:
+        start = time.perf_counter()
+        self.symbols, trees = lower(text)
+        self.dfas = [compile_tree(trees[name]) for name in self.symbols]
+        self.code = {SYMBOL_BYTES[i]: i for i in range(len(self.symbols))}
+        _left_recursion(self.symbols, self.dfas)
+        text_only = []                                # the same DFAs reading text bytes only
+        for dfa in self.dfas:
+            table = dfa.transitions.copy()
+            table[:, TEXT_BYTES:] = -1
+            text_only.append(DFA(table, dfa.accepting))
+        self._local = [TokenIndex(d, tokens, None, device) for d in text_only]
+        self.tokens = tokens
+        self.vocab_size = len(tokens)
+        self.eos_token_id = eos_token_id
+        self.device = torch.device(device)
+        self.key = key
+        self.fit_max_tokens = False
+        self._by_first: dict[int, np.ndarray] = {}
+        firsts = np.array([t[0] if t else -1 for t in tokens])
+        for b in range(256):
+            self._by_first[b] = np.nonzero(firsts == b)[0]
+        self._states: list[frozenset] = []
+        self._ids: dict[frozenset, int] = {}
+        self._masks: dict[int, torch.Tensor] = {}
+        self._next: dict[tuple[int, int], int] = {}
+        self.initial = self._intern(frozenset({((0, 0),)}))
+        self.compile_seconds = time.perf_counter() - start
+
+    # ------------------------------------------------------------------ the stack machine
+    def _expand(self, stacks) -> set[tuple]:
+        """Every stack reachable by calls and returns alone: the tops that may read the next byte."""
+        out, todo = set(), list(stacks)
+        while todo:
+            stack = todo.pop()
+            if stack in out:
+                continue
+            out.add(stack)
+            r, q = stack[-1]
+            dfa = self.dfas[r]
+            if len(stack) < MAX_STACK:
+                for byte, s in self.code.items():
+                    t = int(dfa.transitions[q, byte])
+                    if t >= 0:
+                        todo.append(stack[:-1] + ((r, t), (s, 0)))
+            if dfa.accepting[q] and len(stack) > 1:
+                todo.append(stack[:-1])
+        return out
+
+    def _step(self, stacks, byte: int) -> frozenset:
+        if byte >= TEXT_BYTES:
+            return frozenset()
+        out = set()
+        for stack in self._expand(stacks):
+            r, q = stack[-1]
+            t = int(self.dfas[r].transitions[q, byte])
+            if t >= 0:
+                out.add(stack[:-1] + ((r, t),))
+        return frozenset(out)
+
+    def _accepts(self, stacks) -> bool:
+        return any(len(s) == 1 and self.dfas[0].accepting[s[0][1]] for s in self._expand(stacks))
+
+    def _intern(self, stacks: frozenset) -> int:
+        if stacks not in self._ids:
+            self._ids[stacks] = len(self._states)
+            self._states.append(stacks)
+        return self._ids[stacks]
+
+    def _walk(self, stacks, data: bytes) -> frozenset:
+        for b in data:
+            stacks = self._step(stacks, b)
+            if not stacks:
+                break
+        return stacks
+
+    # ------------------------------------------------------------------ the StructuredOutput interface
+    @property
+    def num_states(self) -> int:
+        return len(self._states)
+
+    def initial_state(self) -> int:
+        return self.initial
+
+    def _check_state(self, state) -> int:
+        return check_int("state", state, 0, self.num_states - 1)
+
+    def allowed_token_mask(self, state: int, tokens_left: int | None = None) -> torch.Tensor:
+        """``(vocab,)`` bool: the tokens after which the text can still be completed; EOS when complete."""
+        state = self._check_state(state)
+        if state in self._masks:
+            return self._masks[state]
+        stacks = self._states[state]
+        mask = np.zeros(self.vocab_size, dtype=bool)
+        expanded = self._expand(stacks)
+        firsts = set()
+        for stack in expanded:                        # decided by the top frame alone (cached per frame)
+            r, q = stack[-1]
+            mask |= self._local[r].next_rows(q) >= 0
+            row = self.dfas[r].transitions[q, :TEXT_BYTES]
+            firsts.update(np.nonzero(row >= 0)[0].tolist())
+        for b in firsts:                              # the rest: walked through the stacks
+            for t in self._by_first[b]:
+                if not mask[t] and self._walk(stacks, self.tokens[t]):
+                    mask[t] = True
+        if self.eos_token_id is not None:
+            mask[self.eos_token_id] = self._accepts(stacks)
+        out = torch.from_numpy(mask).to(self.device)
+        self._masks[state] = out
+        return out
+
+    def num_allowed(self, state: int) -> int:
+        return int(self.allowed_token_mask(state).sum())
+
+    def is_accepting(self, state: int) -> bool:
+        return self._accepts(self._states[self._check_state(state)])
+
+    def is_terminal(self, state: int) -> bool:
+        """Accepting with nothing but EOS allowed: the output is complete and must end."""
+        mask = self.allowed_token_mask(state)
+        return self.is_accepting(state) and int(mask.sum()) == (1 if self.eos_token_id is not None else 0)
+
+    def advance(self, state: int, token_id: int) -> int:
+        """The state after ``token_id``; EOS in an accepting state leaves it unchanged.
+
+        Raises:
+            ValueError: ``token_id`` is outside the vocabulary or not allowed in ``state``.
+        """
+        state = self._check_state(state)
+        token_id = check_int("token_id", token_id, 0, self.vocab_size - 1)
+        if token_id == self.eos_token_id:
+            if not self.is_accepting(state):
+                raise ValueError(f"token_id {token_id} (EOS) is not allowed in state {state}: the output is incomplete")
+            return state
+        key = (state, token_id)
+        if key not in self._next:
+            data = self.tokens[token_id]
+            after = self._walk(self._states[state], data) if data else frozenset()
+            if not after:
+                raise ValueError(f"token_id {token_id} is not allowed by the grammar in state {state}")
+            self._next[key] = self._intern(after)
+        return self._next[key]
+
+    def state_after(self, token_ids) -> int:
+        """Replay ``token_ids`` from the start (how a preempted request recovers its state)."""
+        state = self.initial_state()
+        for t in token_ids:
+            state = self.advance(state, int(t))
+        return state
+
+    def matches(self, text: str) -> bool:
+        """True when the whole ``text`` is in the grammar's language."""
+        stacks = self._walk(self._states[self.initial], text.encode("utf-8"))
+        return bool(stacks) and self._accepts(stacks)
+
+    def tokens_to_finish(self, state: int) -> float:
+        raise ValueError("fit_max_tokens is not supported for 'grammar' specs yet (the distance to a complete "
+                         "output depends on the stack)")

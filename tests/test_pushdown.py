@@ -1,0 +1,190 @@
+"""Context-free grammars (EBNF) through the pushdown matcher: parsing, exact languages, masks equal to
+XGrammar's on random walks, and parseable output through generate, LLMEngine and the speculative engine."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from helpers import shipped_tokenizer
+
+from labsupport.engine import LLMEngine
+from labsupport.generation import generate
+from labsupport.sampling import SamplingParams
+from labsupport.structured import compile_structured_output, normalize_spec
+from labsupport.structured.ebnf import lower
+
+ARITH = r'''
+root   ::= expr
+expr   ::= term (("+" | "-") term)*
+term   ::= factor (("*" | "/") factor)*   # a product
+factor ::= [0-9]+ | "(" expr ")"
+'''
+JSON = r'''
+root   ::= value
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" (string ":" value ("," string ":" value)*)? "}"
+array  ::= "[" (value ("," value)*)? "]"
+string ::= "\"" ([^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))* "\""
+number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [+-]? [0-9]+)?
+'''
+
+
+def _arith(text: str) -> bool:
+    """A reference recursive-descent recogniser of ARITH, written independently of the matcher."""
+    pos = 0
+
+    def factor():
+        nonlocal pos
+        if pos < len(text) and text[pos].isdigit():
+            while pos < len(text) and text[pos].isdigit():
+                pos += 1
+            return True
+        if pos < len(text) and text[pos] == "(":
+            pos += 1
+            if not expr() or pos >= len(text) or text[pos] != ")":
+                return False
+            pos += 1
+            return True
+        return False
+
+    def chain(item, ops):
+        nonlocal pos
+        if not item():
+            return False
+        while pos < len(text) and text[pos] in ops:
+            pos += 1
+            if not item():
+                return False
+        return True
+
+    def expr():
+        return chain(lambda: chain(factor, "*/"), "+-")
+
+    return expr() and pos == len(text)
+
+
+def _compile(grammar: str):
+    tok = shipped_tokenizer()
+    return compile_structured_output({"grammar": grammar}, tok)
+
+
+def test_recursive_rules_stay_symbols_and_the_rest_is_inlined():
+    symbols, _ = lower(JSON)
+    assert symbols == ["root", "value", "object", "array"]          # string and number are regular: inlined
+    symbols, _ = lower('root ::= item+\nitem ::= "a" | "b"')
+    assert symbols == ["root"]
+
+
+def test_the_arithmetic_language_is_exact_on_random_strings():
+    g = _compile(ARITH)
+    rng = random.Random(0)
+    texts = ["1+2", "(1+2)*3", "((4))", "7/(8-9)*((1))", "(1+", "1+)", "", "()", "1++2", "(((((((((1)))))))))"]
+    texts += ["".join(rng.choice("0123()+*") for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    wrong = [t for t in texts if g.matches(t) != _arith(t)]
+    assert not wrong, wrong[:5]
+    assert sum(_arith(t) for t in texts) > 100                      # the sample holds valid texts too
+
+
+def test_the_json_language_agrees_with_json_loads():
+    g = _compile(JSON)
+    good = ['{"a":[1,2,{"b":null}]}', "[[[]]]", '"x"', "-0.5e+3", '{"k":"\\u00e9\\n"}', "[true,false,null]"]
+    bad = ['{"a":}', "[1,]", "01", '{"a" 1}', "[[]", '"\x01"', "nul"]
+    assert all(g.matches(t) for t in good) and not any(g.matches(t) for t in bad)
+    for t in good:
+        json.loads(t)
+
+
+@pytest.mark.parametrize("grammar, error", [
+    ("expr ::= \"a\"", "start rule 'root"),
+    ("root ::= item", "refers to 'item', which is not defined"),
+    ("root ::= root \"a\" | \"b\"", "left-recursive"),
+    ("root ::= a\na ::= b? a \"x\" | \"y\"\nb ::= \"z\"", "left-recursive"),
+    ("root ::= \"\\q\"", "unknown escape"),
+    ("root ::= \"a\"{5,2}", "repetition"),
+    ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),
+    ("root ::= (\"a\"", "missing ')'"),
+    ("root ::= ", "empty body"),
+])
+def test_bad_grammars_are_refused_naming_the_problem(grammar, error):
+    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        normalize_spec({"grammar": grammar})
+
+
+def test_grammar_spec_types_and_options_are_checked():
+    with pytest.raises(TypeError, match="structured_output\\['grammar'\\] must be"):
+        normalize_spec({"grammar": 3})
+    with pytest.raises(ValueError, match="fit_max_tokens.*not supported with 'grammar'"):
+        normalize_spec({"grammar": ARITH, "fit_max_tokens": True})
+
+
+def test_masks_equal_the_brute_force_walk_of_every_token():
+    """The cached fast path (top-frame masks + walking the rest) allows exactly the tokens whose bytes
+    some stack can read."""
+    g = _compile(ARITH)
+    rng = random.Random(1)
+    state = g.initial_state()
+    for _ in range(12):
+        fast = g.allowed_token_mask(state)
+        slow = torch.tensor([bool(t) and bool(g._walk(g._states[state], t)) for t in g.tokens])
+        slow[g.eos_token_id] = g.is_accepting(state)
+        assert torch.equal(fast, slow)
+        choices = torch.nonzero(fast).flatten().tolist()
+        token = rng.choice([c for c in choices if c != g.eos_token_id] or choices)
+        if token == g.eos_token_id:
+            break
+        state = g.advance(state, token)
+
+
+@pytest.mark.parametrize("grammar", [ARITH, JSON], ids=["arithmetic", "json"])
+def test_masks_equal_xgrammars_on_random_walks(grammar):
+    xgr = pytest.importorskip("xgrammar", reason="xgrammar is not installed (pip install xgrammar)")
+    tok = shipped_tokenizer()
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))).compile_grammar(grammar)
+    ours = _compile(grammar)
+    from labsupport.structured.token_index import token_bytes
+    has_ed = torch.tensor([t is not None and 0xED in t for t in token_bytes(tok, len(tok))])  # see test_structured
+    rng = random.Random(2)
+    compared = 0
+    for _ in range(6):
+        matcher, state = xgr.GrammarMatcher(compiled), ours.initial_state()
+        for _ in range(24):
+            bitmask = xgr.allocate_token_bitmask(1, len(tok))
+            matcher.fill_next_token_bitmask(bitmask)
+            theirs = ((bitmask[0].unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).flatten()[:len(tok)].bool()
+            mine = ours.allowed_token_mask(state)
+            assert torch.equal(mine, theirs), (f"ours-only {torch.nonzero(mine & ~theirs).flatten()[:8].tolist()}, "
+                                               f"xgrammar-only {torch.nonzero(theirs & ~mine).flatten()[:8].tolist()}")
+            compared += 1
+            token = rng.choice(torch.nonzero(mine & ~has_ed).flatten().tolist())
+            if token == ours.eos_token_id:
+                break
+            state = ours.advance(state, token)
+            assert matcher.accept_token(token)
+    assert compared >= 30
+
+
+def test_outputs_parse_through_generate_the_engine_and_the_speculative_engine(tiny_lm):
+    from labsupport.models import load_model
+    from labsupport.speculative import NgramProposer, SpeculativeEngine
+    lm = load_model("tiny-gpt2", device="cpu")
+    for grammar, check in ((ARITH, _arith), (JSON, lambda t: json.loads(t) is not None or True)):
+        spec = {"grammar": grammar}
+        params = [SamplingParams(temperature=0.0, max_tokens=48, structured_output=spec)] + \
+            [SamplingParams(temperature=1.0, seed=s, max_tokens=48, structured_output=spec) for s in range(4)]
+        for p in params:
+            out = generate(lm, "x = ", p, record=False)
+            if out.finish_reason == "stop":
+                assert check(out.text), out.text
+            else:                                                 # cut at max_tokens: a prefix of a valid text
+                assert out.finish_reason == "length"
+        engine = LLMEngine(lm, block_size=4, num_blocks=256)
+        outs = engine.generate(["x = ", "y = ", "data = "], params[1])
+        spec_outs = SpeculativeEngine(lm, NgramProposer(3), block_size=4).generate(["x = "], params[0])
+        greedy = generate(lm, "x = ", params[0], record=False)
+        assert spec_outs[0].token_ids == greedy.token_ids          # speculation keeps greedy's tokens under the grammar
+        for o in outs + spec_outs:
+            if o.finish_reason == "stop":
+                assert check(o.text), o.text
