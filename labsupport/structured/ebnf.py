@@ -29,7 +29,7 @@ from .regex import Alt, RawByte, Repeat, Seq, literal, parse_regex
 SYMBOL_BYTES = tuple(range(0xF5, 0x100))
 MAX_REPEAT = 1000
 _TOKEN = re.compile(r"""\s+|\#[^\n]*|(?P<def>::=)|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)|(?P<str>"(?:[^"\\]|\\.)*")
-                        |(?P<cls>\[(?:[^\]\\]|\\.)*\])|(?P<rep>\{\s*\d+\s*(?:,\s*\d*\s*)?\})|(?P<op>[|()*+?.])""", re.X)
+                        |(?P<cls>\[(?:[^\]\\]|\\.)*\])|(?P<rep>\{\s*\d+\s*(?:,\s*\d*\s*)?\})|(?P<op>[|()*+?.])""", re.VERBOSE)
 
 
 def _error(text: str, at: int, why: str) -> ValueError:
@@ -62,7 +62,8 @@ def _string(token: str, text: str, at: int) -> str:
         if nxt in simple:
             out.append(simple[nxt])
             i += 2
-        elif nxt in "xu" and re.fullmatch(r"[0-9a-fA-F]{%d}" % (2 if nxt == "x" else 4), body[i + 2:i + (4 if nxt == "x" else 6)]):
+        elif nxt in "xu" and re.fullmatch(rf"[0-9a-fA-F]{{{2 if nxt == 'x' else 4}}}",
+                                         body[i + 2:i + (4 if nxt == "x" else 6)]):
             width = 2 if nxt == "x" else 4
             out.append(chr(int(body[i + 2:i + 2 + width], 16)))
             i += 2 + width
@@ -91,7 +92,7 @@ class _Parser:
     def sequence(self):
         items = []
         while True:
-            kind, value, at = self.peek()
+            kind, value, _ = self.peek()
             if kind is None or self.at_rule_start() or (kind == "op" and value in "|)"):
                 break
             items.append(self.postfix())

@@ -68,8 +68,8 @@ def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
                         seen.add(t)
                         todo.append(t)
         calls[r] = out
-    for r in calls:
-        seen, todo = set(), list(calls[r])
+    for r, first in calls.items():
+        seen, todo = set(), list(first)
         while todo:
             s = todo.pop()
             if s == r:
