@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -188,3 +189,59 @@ def test_outputs_parse_through_generate_the_engine_and_the_speculative_engine(ti
         for o in outs + spec_outs:
             if o.finish_reason == "stop":
                 assert check(o.text), o.text
+
+
+TREE = {"$defs": {"node": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                                          "children": {"type": "array", "items": {"$ref": "#/$defs/node"},
+                                                                       "maxItems": 2}},
+                           "required": ["name"]}},
+        "$ref": "#/$defs/node"}
+ANY = {"type": "object", "properties": {"id": {"type": "integer"}, "extra": True}, "required": ["id"]}
+
+
+def test_recursive_schemas_take_the_pushdown_path_and_the_dfa_path_still_refuses_them():
+    from labsupport.structured import schema_to_tree
+    from labsupport.structured.json_schema import schema_to_rules
+    assert schema_to_rules(TREE)[0] == ["root", "#/$defs/node"] and schema_to_rules(ANY)[0] == ["root", "$any"]
+    assert schema_to_rules({"type": "integer"})[0] == ["root"]           # no recursion: the DFA path as before
+    for schema, keyword in ((TREE, "$ref"), (ANY, "true")):
+        with pytest.raises(ValueError, match=re.escape(repr(keyword))):
+            schema_to_tree(schema)
+    tok = shipped_tokenizer()
+    assert type(compile_structured_output({"json": TREE}, tok)).__name__ == "PushdownOutput"
+    with pytest.raises(ValueError, match="fit_max_tokens.*recursive schema"):
+        normalize_spec({"json": TREE, "fit_max_tokens": True})
+    beside = {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "maxItems": 1}}}, "$ref": "#/$defs/n"}
+    with pytest.raises(ValueError, match="only a bare recursive"):
+        normalize_spec({"json": beside})
+
+
+@pytest.mark.parametrize("schema", [TREE, ANY], ids=["tree", "any-value"])
+def test_recursive_schemas_are_exact_on_cases_and_sound_on_random_walks(schema):
+    import jsonschema
+    tok = shipped_tokenizer()
+    g = compile_structured_output({"json": schema}, tok)
+    valid = [{"name": "a", "children": [{"name": "b", "children": []}, {"name": ""}]}] if schema is TREE else \
+        [{"id": 3, "extra": {"x": [1, {"y": None}], "z": "w"}}, {"id": -1}, {"extra": [[[]]], "id": 0}]
+    invalid = [{"name": "toolongname"}, {"children": []}, {"name": "a", "children": [{}]}] if schema is TREE else \
+        [{"extra": 1}, {"id": 1.5}]
+    for v in valid:
+        jsonschema.validate(v, schema)
+        assert g.matches(json.dumps(v, separators=(",", ":")))
+    for v in invalid:
+        assert not g.matches(json.dumps(v, separators=(",", ":")))
+    rng = random.Random(4)
+    finished = 0
+    for _ in range(20):                                   # random allowed tokens until EOS
+        state, ids = g.initial_state(), []
+        for _ in range(60):
+            allowed = torch.nonzero(g.allowed_token_mask(state)).flatten().tolist()
+            eos = g.eos_token_id in allowed
+            token = g.eos_token_id if eos and rng.random() < 0.3 else rng.choice([a for a in allowed if a != g.eos_token_id] or allowed)
+            if token == g.eos_token_id:
+                jsonschema.validate(json.loads(tok.decode(ids)), schema)
+                finished += 1
+                break
+            ids.append(token)
+            state = g.advance(state, token)
+    assert finished >= 5

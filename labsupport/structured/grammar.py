@@ -35,7 +35,7 @@ import torch
 
 from ..validation import check_bool, check_int, check_type
 from .automaton import DFA, compile_tree
-from .json_schema import schema_to_tree
+from .json_schema import schema_to_rules, schema_to_tree
 from .pushdown import PushdownOutput, check_grammar
 from .regex import Alt, literal, parse_regex
 from .token_index import TokenIndex, token_bytes
@@ -76,7 +76,10 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
         check_type("structured_output['json']", payload, dict)
         options["whitespace"] = check_int("structured_output['whitespace']", spec.get("whitespace", 0), 0, MAX_WHITESPACE)
         options["any_order"] = check_bool("structured_output['any_order']", spec.get("any_order", True))
-        schema_to_tree(payload, whitespace=options["whitespace"], any_order=options["any_order"])   # raises early
+        names, _ = schema_to_rules(payload, whitespace=options["whitespace"], any_order=options["any_order"])
+        if len(names) > 1 and options.get("fit_max_tokens"):
+            raise ValueError("structured_output['fit_max_tokens'] is not supported for a recursive schema yet (the "
+                             "distance to a complete output depends on the stack)")
     elif kind == "regex":
         parse_regex(payload)
     elif kind == "grammar":
@@ -276,8 +279,12 @@ def compile_structured_output(spec, tokenizer, *, vocab_size: int | None = None,
     if hit is not None and hit[0] is tokenizer:
         _CACHE.move_to_end(cache_key)
         return hit[1]
-    if kind == "grammar":
-        compiled = PushdownOutput(payload, _tokens_of(tokenizer, vocab), eos, device, key)
+    rules = None
+    if kind == "json":
+        rules = schema_to_rules(payload, **{k: v for k, v in options.items() if k in JSON_OPTIONS})
+    if kind == "grammar" or (rules is not None and len(rules[0]) > 1):   # recursion: the pushdown path
+        compiled = PushdownOutput(payload if kind == "grammar" else rules, _tokens_of(tokenizer, vocab), eos,
+                                  device, key)
         _CACHE[cache_key] = (tokenizer, compiled)
         return compiled
     start = time.perf_counter()

@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 
 from .automaton import Machine, compile_tree, difference, disjoint, intersect
+from .ebnf import SYMBOL_BYTES
 from .json_values import (
     BOOLEAN,
     NULL,
@@ -64,7 +65,7 @@ from .json_values import (
     number_tree,
     string_tree,
 )
-from .regex import EMPTY, Alt, Keys, Repeat, Seq, chars, literal
+from .regex import EMPTY, Alt, Keys, RawByte, Repeat, Seq, chars, literal
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
                "definitions", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
@@ -141,12 +142,39 @@ def _branch_types(schema, path: str) -> set[str] | None:
 
 
 class _Compiler:
-    def __init__(self, root, whitespace: int, any_order: bool) -> None:
+    def __init__(self, root, whitespace: int, any_order: bool, stack: bool = False) -> None:
         self.root, self.whitespace, self.any_order = root, whitespace, any_order
         self.ws = _ws(whitespace)
+        self.stack = stack                  # a pushdown matcher will run it: recursion becomes rule symbols
+        self.rules: dict[str, object] = {}  # rule name -> tree (filled when stack is True)
+        self.codes: dict[str, int] = {}
+
+    def _symbol(self, name: str, body) -> RawByte:
+        """The symbol of rule ``name`` (its tree built once, by ``body()``, when first met)."""
+        if name not in self.codes:
+            if len(self.codes) + 1 >= len(SYMBOL_BYTES):
+                raise bad("", "$ref", f"more than {len(SYMBOL_BYTES) - 1} recursive references need a stack")
+            self.codes[name] = SYMBOL_BYTES[len(self.codes) + 1]      # SYMBOL_BYTES[0] is the root's
+            self.rules[name] = None
+            self.rules[name] = body()
+        return RawByte(self.codes[name])
+
+    def _any_value(self) -> RawByte:
+        """Any JSON value (``true``): a rule that refers to itself for the members and items."""
+        def body():
+            ws, v = self.ws, RawByte(self.codes["$any"])
+            member = Seq((string_tree({}, ""), ws, literal(":"), ws, v))
+            obj = Seq((literal("{"), ws, Repeat(Seq((member, Repeat(Seq((ws, literal(","), ws, member)), 0, None))),
+                                                 0, 1), ws, literal("}")))
+            arr = Seq((literal("["), ws, Repeat(Seq((v, Repeat(Seq((ws, literal(","), ws, v)), 0, None))), 0, 1),
+                       ws, literal("]")))
+            return Alt((obj, arr, string_tree({}, ""), number_tree({}, ""), BOOLEAN, NULL))
+        return self._symbol("$any", body)
 
     # ------------------------------------------------------------------ dispatch
     def tree(self, schema, path: str, refs: tuple = ()):
+        if schema is True and self.stack:
+            return self._any_value()
         if schema is True:
             raise bad(path, "true", "accepts any JSON value, whose nesting has no bound: that needs a stack "
                       "(a context-free grammar), not an automaton; give the value a schema")
@@ -225,11 +253,15 @@ class _Compiler:
         ref = schema["$ref"]
         if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
             raise bad(path, "$ref", f"only local references ('#', '#/$defs/name') are supported, got {ref!r}")
-        if ref in refs:
-            raise bad(path, "$ref", f"{ref!r} refers to itself through {' → '.join(refs + (ref,))}: a recursive "
-                      "schema needs a stack (a context-free grammar), not an automaton")
         target = self._resolve(ref, path)
         rest = {k: v for k, v in schema.items() if k != "$ref"}
+        if ref in refs and self.stack and not set(rest) - ANNOTATIONS:
+            return self._symbol(ref, lambda: self.tree(target, ref, (ref,)))
+        if ref in refs or ref in self.codes:
+            raise bad(path, "$ref", f"{ref!r} refers to itself through {' → '.join(refs + (ref,))}: a recursive "
+                      "schema needs a stack (a context-free grammar), not an automaton"
+                      + ("; here only a bare recursive $ref is supported (no keywords beside it)" if self.stack else
+                         ""))
         if not set(rest) - ANNOTATIONS:
             return self.tree(target, ref, refs + (ref,))
         return self._combined({"allOf": [target, rest]}, path, refs + (ref,))
@@ -483,6 +515,21 @@ def _other_key(names: list[str], matchers: list, path: str) -> Machine | None:
     except ValueError:
         return None
     return Machine(keys)
+
+
+def schema_to_rules(schema, *, whitespace: int = 0, any_order: bool = True) -> tuple[list[str], dict]:
+    """``schema`` as rules for the pushdown matcher (:mod:`.pushdown`): ``(names, trees)`` with the
+    root first. A recursive local ``$ref`` (a tree of comments, a linked list) and ``true`` (any
+    JSON value) become rules that refer to themselves; everything else is compiled as by
+    :func:`schema_to_tree`. With no recursion the result is one rule, the root.
+
+    Raises:
+        TypeError, ValueError: as :func:`schema_to_tree` (a recursive ``$ref`` with keywords beside it).
+    """
+    compiler = _Compiler(schema, whitespace, any_order, stack=True)
+    root = compiler.tree(schema, "")
+    names = ["root"] + list(compiler.rules)
+    return names, {"root": root, **compiler.rules}
 
 
 def schema_to_tree(schema, *, whitespace: int = 0, any_order: bool = True, path: str = "", root=None):

@@ -83,10 +83,12 @@ def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
 class PushdownOutput:
     """A grammar with recursion, compiled for one tokenizer (see the module docstring)."""
 
-    def __init__(self, text: str, tokens: list[bytes | None], eos_token_id: int | None,
+    def __init__(self, grammar, tokens: list[bytes | None], eos_token_id: int | None,
                  device: torch.device | str = "cpu", key: str = "") -> None:
+        """``grammar``: EBNF text (:func:`~.ebnf.lower`), or ``(rule names, trees)`` with the root first
+        (:func:`~.json_schema.schema_to_rules`), a reference to rule ``i`` being ``RawByte(SYMBOL_BYTES[i])``."""
         start = time.perf_counter()
-        self.symbols, trees = lower(text)
+        self.symbols, trees = lower(grammar) if isinstance(grammar, str) else grammar
         self.dfas = [compile_tree(trees[name]) for name in self.symbols]
         self.code = {SYMBOL_BYTES[i]: i for i in range(len(self.symbols))}
         _left_recursion(self.symbols, self.dfas)
