@@ -62,7 +62,7 @@ def step_time_figure(batches: Sequence[int], step_ms: Sequence[float], tokens_pe
                              name="B / t(B)", showlegend=False), row=1, col=2)
     if ceiling is not None:
         fig.add_hline(y=ceiling, line={"dash": "dash", "color": "#d62728"}, row=1, col=2,
-                      annotation_text=f"BW/K ≈ {ceiling:,.0f} tok/s", annotation_position="bottom right")
+                      annotation_text=tr("BW/K ≈ {rate:,.0f} tok/s", rate=ceiling), annotation_position="bottom right")
     idx = {b: i for i, b in enumerate(batches)}
     for k, b in enumerate(m for m in marks if m in idx):
         i = idx[b]
@@ -273,12 +273,16 @@ def goodput_bars_figure(labels: Sequence[str], throughput: Sequence[float], good
     throughput = checks.series("throughput", throughput, low=0, length=len(labels), length_of="labels")
     goodput = checks.series("goodput", goodput, low=0, length=len(labels), length_of="labels")
     fig = go.Figure()
+    def short(v: float) -> str:                    # two bars side by side: a label as narrow as its bar
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+
     fig.add_trace(go.Bar(x=list(labels), y=list(throughput), name=tr("throughput"), marker_color="#7f7f7f",
-                         text=[f"{v:.2f}" for v in throughput], textposition="outside"))
+                         text=[short(v) for v in throughput], textposition="outside", textfont={"size": 12}))
     fig.add_trace(go.Bar(x=list(labels), y=list(goodput), name=tr("goodput (within SLO)"), marker_color="#2ca02c",
-                         text=[f"{v:.2f}" for v in goodput], textposition="outside"))
+                         text=[short(v) for v in goodput], textposition="outside", textfont={"size": 12}))
     fig.update_layout(barmode="group", yaxis_title=unit, yaxis_range=[0, max(list(throughput) + [1e-9]) * 1.25],
-                      legend={"orientation": "h", "y": -0.2})
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top"}, xaxis={"automargin": True,
+                                                                                     "tickangle": 0})
     return _layout(fig, title, height=480)
 
 

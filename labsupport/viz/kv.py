@@ -104,8 +104,8 @@ def kv_cells_figure(prompt_len: int, new_tokens: int, step: int) -> go.Figure:
     title = tr("{label}: {without} computed without a cache, {with_cache} with it",
                label=label, without=positions(this_none), with_cache=positions(this_cache))
     fig.update_layout(title={"text": title, "font": {"size": 17}},
-                      font=FONT, template="plotly_white", height=260, margin={"l": 110, "t": 60, "b": 50},
-                      legend={"orientation": "h", "y": -0.35})
+                      font=FONT, template="plotly_white", height=300, margin={"l": 110, "t": 60, "b": 50},
+                      legend={"orientation": "h", "y": -0.55, "yanchor": "top"})   # below the axis title
     fig.update_yaxes(tickvals=[0, 1], ticktext=[tr("KV cache"), tr("no cache")], range=[-0.7, 1.7])
     fig.update_xaxes(title=tr("position (prompt | generated)"), range=[-1, total])
     return fig

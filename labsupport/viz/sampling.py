@@ -108,6 +108,12 @@ def distribution_figure(tokens: Sequence[str], logits: Sequence[float], probs: S
     return _style(fig, title or tr("Next-token distribution"), height=max(420, 90 + 26 * n))
 
 
+def filter_label(reason: str) -> str:
+    """A filter's name as a reader sees it: top-k, top-p and min-p are the field's own names in every
+    language; greedy is translated (:mod:`labsupport.i18n`)."""
+    return tr("greedy") if reason == "greedy" else reason
+
+
 def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_probs: Sequence[float],
                   reasons: Sequence[str], *, title: str | None = None) -> go.Figure:
     """Kept versus cut candidates of one sampling step.
@@ -141,7 +147,7 @@ def filter_figure(tokens: Sequence[str], base_probs: Sequence[float], final_prob
                          textposition="outside", cliponaxis=False,
                          hovertemplate=tr("%{customdata}: sampled with p = %{x:.4f}<extra></extra>")))
     fig.add_trace(go.Bar(x=cut, y=pos, customdata=labels, orientation="h", name=tr("cut (reason)"),
-                         marker_color=CUT_COLOR, text=[tr("cut by {reason}", reason=r) if r else "" for r in reasons],
+                         marker_color=CUT_COLOR, text=[tr("cut by {reason}", reason=filter_label(r)) if r else "" for r in reasons],
                          textposition="outside", cliponaxis=False,
                          hovertemplate=tr("%{customdata}: %{text}, p before = %{x:.4f}<extra></extra>")))
     fig.add_trace(go.Scatter(x=list(base_probs), y=pos, customdata=labels, mode="markers", name=tr("before the cut"),

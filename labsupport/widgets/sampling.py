@@ -36,7 +36,7 @@ from labsupport.sampling import (
     trace_filters,
 )
 from labsupport.validation import check_int, check_real
-from labsupport.viz.sampling import distribution_figure, filter_figure, unique_labels
+from labsupport.viz.sampling import distribution_figure, filter_figure, filter_label, unique_labels
 from labsupport.widgets.common import FigureOutput, error_html, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
 
@@ -356,7 +356,7 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
                               trace.final_probs[top].tolist(), [trace.reason[i] for i in top])
         figure.show(fresh)
         cut = Counter(r for r in trace.reason if r)
-        cut_text = ", ".join(tr("{n:,} by {name}", n=n, name=name) for name, n in cut.items()) or tr("none")
+        cut_text = ", ".join(tr("{n:,} by {name}", n=n, name=filter_label(name)) for name, n in cut.items()) or tr("none")
         stats.value = (_stat(tr("candidates kept"), tr("{k:,} of {n:,}", k=trace.num_kept, n=len(trace.reason)))
                        + _stat(tr("cut"), cut_text)
                        + _stat(tr("entropy before the cut"), tr("{h:.2f} bits", h=float(entropy_bits(trace.base_probs)))))

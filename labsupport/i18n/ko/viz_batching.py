@@ -34,4 +34,5 @@ MESSAGES = {
     "goodput (within SLO)": "굿풋 (SLO 이내)",
     "max ITL": "최대 ITL",
     "ms (log scale)": "ms (로그 눈금)",
+    "BW/K ≈ {rate:,.0f} tok/s": "BW/K ≈ {rate:,.0f} 토큰/s",
 }

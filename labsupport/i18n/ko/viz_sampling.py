@@ -34,4 +34,5 @@ MESSAGES = {
     "p(chosen token)": "p(고른 토큰)",
     "Probability of each chosen token": "고른 토큰마다의 확률",
     "{title}  (orange: inside the loop)": "{title}  (주황: 반복 루프 안)",
+    "greedy": "그리디",
 }
