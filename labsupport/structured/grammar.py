@@ -35,6 +35,7 @@ import torch
 
 from ..validation import check_bool, check_int, check_type
 from .automaton import DFA, compile_tree
+from .constraint import TokenConstraint
 from .json_schema import schema_to_rules, schema_to_tree
 from .pushdown import PushdownOutput, check_grammar
 from .regex import Alt, literal, parse_regex
@@ -108,7 +109,7 @@ def spec_tree(kind: str, payload, options: dict):
     return Alt(tuple(literal(c) for c in payload))
 
 
-class StructuredOutput:
+class StructuredOutput(TokenConstraint):
     """A grammar compiled for one tokenizer: masks and transitions over token ids.
 
     States are DFA state numbers (ints, start 0). See the module docstring for the loop.
@@ -201,41 +202,11 @@ class StructuredOutput:
         """The fewest tokens from ``state`` to a complete output (EOS not counted)."""
         return float(self.tokens_to_finish_all()[self._check_state(state)])
 
-    def num_allowed(self, state: int) -> int:
-        return int(self.allowed_token_mask(state).sum())
-
     def is_accepting(self, state: int) -> bool:
         return bool(self.dfa.accepting[self._check_state(state)])
 
-    def is_terminal(self, state: int) -> bool:
-        """Accepting with nothing but EOS allowed: the output is complete and must end."""
-        mask = self.allowed_token_mask(state)
-        eos = self.eos_token_id
-        return self.is_accepting(state) and int(mask.sum()) == (1 if eos is not None else 0)
-
-    def advance(self, state: int, token_id: int) -> int:
-        """The state after ``token_id``; EOS in an accepting state leaves the state unchanged.
-
-        Raises:
-            ValueError: ``token_id`` is outside the vocabulary or not allowed in ``state``.
-        """
-        state = self._check_state(state)
-        token_id = check_int("token_id", token_id, 0, self.vocab_size - 1)
-        if token_id == self.eos_token_id:
-            if not self.is_accepting(state):
-                raise ValueError(f"token_id {token_id} (EOS) is not allowed in state {state}: the output is incomplete")
-            return state
-        nxt = self.index.next_state(state, token_id)
-        if nxt < 0:
-            raise ValueError(f"token_id {token_id} is not allowed by the grammar in state {state}")
-        return nxt
-
-    def state_after(self, token_ids) -> int:
-        """Replay ``token_ids`` from the start (how a preempted request recovers its state)."""
-        state = self.initial_state()
-        for t in token_ids:
-            state = self.advance(state, int(t))
-        return state
+    def _next(self, state: int, token_id: int) -> int:
+        return self.index.next_state(state, token_id)
 
     def matches(self, text: str) -> bool:
         """True when the whole ``text`` is in the grammar's language (character level)."""

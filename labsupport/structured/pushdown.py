@@ -34,6 +34,7 @@ import torch
 
 from ..validation import check_int
 from .automaton import DFA, compile_tree
+from .constraint import TokenConstraint
 from .ebnf import SYMBOL_BYTES, lower
 from .token_index import TokenIndex
 
@@ -80,7 +81,7 @@ def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
                 todo.extend(calls[s])
 
 
-class PushdownOutput:
+class PushdownOutput(TokenConstraint):
     """A grammar with recursion, compiled for one tokenizer (see the module docstring)."""
 
     def __init__(self, grammar, tokens: list[bytes | None], eos_token_id: int | None,
@@ -111,7 +112,7 @@ class PushdownOutput:
         self._states: list[frozenset] = []
         self._ids: dict[frozenset, int] = {}
         self._masks: dict[int, torch.Tensor] = {}
-        self._next: dict[tuple[int, int], int] = {}
+        self._next_ids: dict[tuple[int, int], int] = {}
         self.initial = self._intern(frozenset({((0, 0),)}))
         self.compile_seconds = time.perf_counter() - start
 
@@ -197,44 +198,16 @@ class PushdownOutput:
         self._masks[state] = out
         return out
 
-    def num_allowed(self, state: int) -> int:
-        return int(self.allowed_token_mask(state).sum())
-
     def is_accepting(self, state: int) -> bool:
         return self._accepts(self._states[self._check_state(state)])
 
-    def is_terminal(self, state: int) -> bool:
-        """Accepting with nothing but EOS allowed: the output is complete and must end."""
-        mask = self.allowed_token_mask(state)
-        return self.is_accepting(state) and int(mask.sum()) == (1 if self.eos_token_id is not None else 0)
-
-    def advance(self, state: int, token_id: int) -> int:
-        """The state after ``token_id``; EOS in an accepting state leaves it unchanged.
-
-        Raises:
-            ValueError: ``token_id`` is outside the vocabulary or not allowed in ``state``.
-        """
-        state = self._check_state(state)
-        token_id = check_int("token_id", token_id, 0, self.vocab_size - 1)
-        if token_id == self.eos_token_id:
-            if not self.is_accepting(state):
-                raise ValueError(f"token_id {token_id} (EOS) is not allowed in state {state}: the output is incomplete")
-            return state
+    def _next(self, state: int, token_id: int) -> int:
         key = (state, token_id)
-        if key not in self._next:
+        if key not in self._next_ids:
             data = self.tokens[token_id]
             after = self._walk(self._states[state], data) if data else frozenset()
-            if not after:
-                raise ValueError(f"token_id {token_id} is not allowed by the grammar in state {state}")
-            self._next[key] = self._intern(after)
-        return self._next[key]
-
-    def state_after(self, token_ids) -> int:
-        """Replay ``token_ids`` from the start (how a preempted request recovers its state)."""
-        state = self.initial_state()
-        for t in token_ids:
-            state = self.advance(state, int(t))
-        return state
+            self._next_ids[key] = self._intern(after) if after else -1
+        return self._next_ids[key]
 
     def matches(self, text: str) -> bool:
         """True when the whole ``text`` is in the grammar's language."""
