@@ -51,7 +51,7 @@ update: git-filter
 lab: setup
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) chapters/
 
-lab-ko: setup            # 한국어판
+lab-ko: setup            # the Korean edition (chapters-ko/, README.ko.md)
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) chapters-ko/
 
 check: setup
