@@ -290,6 +290,9 @@ def test_korean_appears_in_the_package_only_in_its_catalogue():
     english = [str(p.relative_to(ROOT)) for p in (ROOT / "chapters").glob("*.ipynb")
                if tl.HANGUL.search(p.read_text(encoding="utf-8"))]
     assert not english, "Korean text in an English chapter"
+    shared = [name for name in ("README.md", "Makefile", "pyproject.toml", "environment.yml", ".ci/run")
+              if (ROOT / name).exists() and tl.HANGUL.search((ROOT / name).read_text(encoding="utf-8"))]
+    assert not shared, f"Korean text outside the Korean edition's files: {shared}"
 
 
 def test_language_switch_and_fallback(monkeypatch):
