@@ -105,7 +105,7 @@ class Containers:
         others = [Seq((Machine(keys), ws, literal(":"), ws, self.tree(sub, f"{path}/patternProperties/{p}", refs)))
                   for p, keys, _, sub in patterns]
         if additional is not False:
-            rest = _other_key(list(props), [m for _, _, m, _ in patterns], path)
+            rest = _other_key(list(props), [m for _, _, m, _ in patterns])
             if rest is not None:
                 value = self.tree(additional, f"{path}/additionalProperties", refs)
                 others.append(Seq((rest, ws, literal(":"), ws, value)))
@@ -135,7 +135,8 @@ _PLAIN_KEY = Seq((literal('"'), Repeat(STRING_CHAR.options[0], 0, None), literal
 
 
 def _names(names: list[str]):
-    return compile_tree(Alt(tuple(value_literal(n) for n in names)))
+    """The listed property names' JSON texts as one automaton, or None when there are none."""
+    return compile_tree(Alt(tuple(value_literal(n) for n in names))) if names else None
 
 
 def _pattern_keys(patterns, names: list[str], path: str) -> list:
@@ -145,16 +146,18 @@ def _pattern_keys(patterns, names: list[str], path: str) -> list:
     such a key would have to satisfy both schemas at once."""
     if not isinstance(patterns, dict):
         raise bad(path, "patternProperties", f"must be a dict of pattern -> schema, got {patterns!r}")
+    if not patterns:
+        return []
+    if any("\\" in json.dumps(n, ensure_ascii=False) for n in names):
+        raise bad(path, "patternProperties", "is not combined with property names that need escapes")
+    plain, listed = compile_tree(_PLAIN_KEY), _names(names)      # once for every pattern
     out = []
     for pattern, sub in patterns.items():
-        where = f"{path}/patternProperties"
-        if any("\\" in json.dumps(n, ensure_ascii=False) for n in names):
-            raise bad(path, "patternProperties", "is not combined with property names that need escapes")
-        matcher = compile_tree(string_tree({"type": "string", "pattern": pattern}, where))
+        matcher = compile_tree(string_tree({"type": "string", "pattern": pattern}, f"{path}/patternProperties"))
         try:
-            keys = intersect(compile_tree(_PLAIN_KEY), matcher)
-            if names:
-                keys = difference(keys, _names(names))
+            keys = intersect(plain, matcher)
+            if listed is not None:
+                keys = difference(keys, listed)
         except ValueError:
             continue                                   # the pattern adds no key beyond the listed ones
         for other, other_keys, _, _ in out:
@@ -165,12 +168,13 @@ def _pattern_keys(patterns, names: list[str], path: str) -> list:
     return out
 
 
-def _other_key(names: list[str], matchers: list, path: str) -> Machine | None:
+def _other_key(names: list[str], matchers: list) -> Machine | None:
     """Any plain JSON string except the listed names and the keys a pattern finds (automaton
     differences); None when nothing is left."""
     keys = compile_tree(_PLAIN_KEY)
+    listed = _names(names)
     try:
-        for taken in ([_names(names)] if names else []) + matchers:
+        for taken in ([listed] if listed is not None else []) + matchers:
             keys = difference(keys, taken)
     except ValueError:
         return None
