@@ -67,6 +67,16 @@ CASES = [
     ({"type": "number", "maximum": -3}, [-3, -3.5, -100.25], [-2.9, 0, 3]),
     ({"type": "number", "exclusiveMinimum": 0}, [0.001, 1, 7.5], [0, -0.5]),
     ({"type": "number", "multipleOf": 5, "minimum": 0}, [0, 5, 100], [2.5, 3, -5]),
+    ({"type": "number", "minimum": 0.5, "maximum": 2.25}, [0.5, 1, 2, 2.25, 2.2, 0.75, 0.5001, 1.999],
+     [0.49, 0.4999, 2.26, 2.251, 3, 0, -1, -0.5]),
+    ({"type": "number", "exclusiveMinimum": 0.1, "exclusiveMaximum": 0.3}, [0.2, 0.10000000000000002, 0.29999999999999993, 0.15],
+     [0.1, 0.3, 0.30000000000000004, 0.05, 1]),
+    ({"type": "number", "minimum": -1.75, "maximum": -1.5}, [-1.5, -1.75, -1.6, -1.7499], [-1.4, -1.76, -2, 1.6, 0]),
+    ({"type": "number", "minimum": -0.25, "exclusiveMaximum": 0.125}, [-0.25, -0.1, 0, 0.1, 0.12, 0.124999],
+     [-0.26, 0.125, 0.13, 1, -1]),
+    ({"type": "number", "exclusiveMinimum": 3.14159}, [3.1416, 3.2, 4, 100.5, 3.14159000001], [3.14159, 3.14, 3, -4]),
+    ({"type": "number", "maximum": 0.001}, [0.001, 0.0009, 0, -5, -0.5], [0.0011, 0.01, 1]),
+    ({"type": "integer", "minimum": 0.5, "exclusiveMaximum": 3.5}, [1, 2, 3], [0, 4]),
     ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
       "additionalProperties": {"type": "boolean"}},
      [{}, {"a": 1}, {"x": True}, {"x": False, "a": 2, "y": True}, {"ab": True}, {"é": False}],
@@ -196,3 +206,22 @@ def test_side_by_side_cases_are_invalid_and_ours_never_accepts_them():
     rows = compare()
     assert len(rows) == len(CASES) and not any(r.ours.startswith("ACCEPTS") for r in rows)
     assert sum(r.ours.startswith("refuses") for r in rows) >= 2
+
+
+@pytest.mark.parametrize("schema, text, valid, ours", [
+    ({"type": "number", "exclusiveMinimum": 1}, "1.00000000000000001", False, False),     # parses to 1.0
+    ({"type": "number", "exclusiveMinimum": 1}, "1.0000000000000003", True, True),
+    ({"type": "number", "exclusiveMaximum": 0.3}, "0.29999999999999998", False, False),   # parses to 0.3
+    ({"type": "number", "exclusiveMaximum": 0.3}, "0.2999999999999999", True, True),
+    ({"type": "number", "maximum": 0.3}, "0.30000000000000001", True, False),   # valid (0.3), not compact: refused
+    ({"type": "number", "minimum": 2.5}, "2.50", True, True),
+    ({"type": "number", "minimum": 2.5}, "2.49999", False, False),
+])
+def test_number_bounds_are_judged_on_the_parsed_float(schema, text, valid, ours):
+    """Validators compare the parsed float: a text between a strict bound and the next float parses
+    to the bound itself and is invalid, and the automaton refuses it; a long text that only rounds
+    onto a bound is refused too (the digits decide; soundness never depends on rounding)."""
+    dfa = compile_tree(schema_to_tree(schema))
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) is valid
+    assert dfa.matches(text) is ours
+    assert valid or not ours

@@ -117,8 +117,8 @@ def test_bad_grammars_are_refused_naming_the_problem(grammar, error):
 def test_grammar_spec_types_and_options_are_checked():
     with pytest.raises(TypeError, match="structured_output\\['grammar'\\] must be"):
         normalize_spec({"grammar": 3})
-    with pytest.raises(ValueError, match="fit_max_tokens.*not supported with 'grammar'"):
-        normalize_spec({"grammar": ARITH, "fit_max_tokens": True})
+    with pytest.raises(TypeError, match="fit_max_tokens"):
+        normalize_spec({"grammar": ARITH, "fit_max_tokens": "yes"})
 
 
 def test_masks_equal_the_brute_force_walk_of_every_token():
@@ -209,8 +209,6 @@ def test_recursive_schemas_take_the_pushdown_path_and_the_dfa_path_still_refuses
             schema_to_tree(schema)
     tok = shipped_tokenizer()
     assert type(compile_structured_output({"json": TREE}, tok)).__name__ == "PushdownOutput"
-    with pytest.raises(ValueError, match="fit_max_tokens.*recursive schema"):
-        normalize_spec({"json": TREE, "fit_max_tokens": True})
     beside = {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "maxItems": 1}}}, "$ref": "#/$defs/n"}
     with pytest.raises(ValueError, match="only a bare recursive"):
         normalize_spec({"json": beside})
@@ -245,3 +243,69 @@ def test_recursive_schemas_are_exact_on_cases_and_sound_on_random_walks(schema):
             ids.append(token)
             state = g.advance(state, token)
     assert finished >= 5
+
+
+def _shortest_by_bytes(g, limit: int = 40) -> int:
+    """The shortest complete text in bytes, by breadth-first search over the matcher's stack sets
+    (each byte one step) — independent of the distance tables under test."""
+    frontier, seen = [g._states[g.initial_state()]], set()
+    for n in range(limit):
+        if any(g._accepts(s) for s in frontier):
+            return n
+        nxt = []
+        for stacks in frontier:
+            for b in range(32, 127):
+                after = g.step(stacks, b)
+                if after and after not in seen:
+                    seen.add(after)
+                    nxt.append(after)
+        frontier = nxt
+    raise AssertionError("no complete text within the limit")
+
+
+@pytest.mark.parametrize("spec", [{"grammar": ARITH}, {"grammar": JSON}, {"json": TREE}, {"json": ANY}],
+                         ids=["arithmetic", "json-grammar", "tree", "any-value"])
+def test_the_distance_to_a_complete_output_is_the_shortest_completion(spec):
+    tok = shipped_tokenizer()
+    g = compile_structured_output(spec, tok)
+    d0 = g.tokens_to_finish(g.initial_state())
+    assert d0 == _shortest_by_bytes(g)
+    # along a real text the distance is what is left of the shortest completion from there
+    text = {"arithmetic": "(1+2)*(", "json-grammar": '{"a":[1,{"b":', "tree": '{"name":"a","children":[{',
+            "any-value": '{"id":1,"extra":[['}
+    key = next(k for k, v in {"arithmetic": ARITH, "json-grammar": JSON}.items() if spec.get("grammar") == v) \
+        if "grammar" in spec else ("tree" if spec["json"] is TREE else "any-value")
+    stacks = g._walk(g._states[g.initial_state()], text[key].encode())
+    close = {"arithmetic": "1)", "json-grammar": "1}]}", "tree": '"name":""}]}', "any-value": "]]}"}[key]
+    assert g._stacks_distance(stacks) == len(close)
+    assert g._accepts(g._walk(stacks, close.encode()))
+
+
+@pytest.mark.parametrize("spec", [{"grammar": ARITH}, {"json": TREE}], ids=["arithmetic", "tree"])
+def test_fit_max_tokens_completes_every_sampled_output_on_the_pushdown_path(tiny_lm, spec):
+    fit = dict(spec, fit_max_tokens=True)
+    g = compile_structured_output(fit, tiny_lm.tokenizer, vocab_size=tiny_lm.model.config.vocab_size,
+                                  eos_token_id=tiny_lm.eos_token_id)
+    shortest = int(g.tokens_to_finish(g.initial_state()))
+    complete = {False: 0, True: 0}
+    for budget in (shortest + 1, shortest + 4, 24):
+        for seed in range(6):
+            for on in (False, True):
+                params = SamplingParams(temperature=1.0, seed=seed, max_tokens=budget,
+                                        structured_output=fit if on else spec)
+                out = generate(tiny_lm, "x = (", params, record=False)
+                ok = out.finish_reason == "stop" and g.is_accepting(g.state_after(out.token_ids[:-1]))
+                if on:
+                    assert ok, (budget, seed, out.text, out.finish_reason)
+                    assert len(out.token_ids) <= budget
+                complete[on] += ok
+    assert complete[True] == 18 and complete[False] < 18     # the plain mask is cut at max_tokens
+
+
+def test_fit_max_tokens_on_the_pushdown_path_through_the_engine(tiny_lm):
+    spec = {"grammar": ARITH, "fit_max_tokens": True}
+    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=256)
+    outs = engine.generate(["x = (", "y = ", "1+"], SamplingParams(temperature=1.0, seed=2, max_tokens=6,
+                                                                 structured_output=spec))
+    for o in outs:
+        assert o.finish_reason == "stop" and _arith(o.text), o.text

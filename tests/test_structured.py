@@ -106,7 +106,7 @@ def test_whitespace_is_bounded():
     ({"type": "string", "format": "hostname"}, "format"),
     ({"type": "string", "pattern": "a.b"}, "pattern"),
     ({"type": "integer", "minimum": 5, "maximum": 1}, "maximum"),
-    ({"type": "number", "minimum": 0.5}, "minimum"),
+    ({"type": "number", "minimum": 0.5, "maximum": 0.25}, "maximum"),
     ({"type": "number", "multipleOf": 0.01}, "multipleOf"),
     ({"type": "string", "not": {"const": "a"}}, "not"),
     ({"type": "number", "not": {"type": "integer"}}, "not"),

@@ -1,19 +1,59 @@
 """What every compiled constraint shares: the token-level loop a decoder drives.
 
 :class:`~.grammar.StructuredOutput` (a DFA) and :class:`~.pushdown.PushdownOutput` (a stack of
-DFAs) differ in how they find the next state and the allowed tokens; how EOS ends an output,
-when an output must end, and how a state is replayed are the same, and live here.
+DFAs) differ in how they find the next state, the allowed tokens and the distance to a complete
+output; how EOS ends an output, when an output must end, how the budget of ``fit_max_tokens``
+narrows a mask, and how a state is replayed are the same, and live here.
 """
 
 from __future__ import annotations
+
+import numpy as np
+import torch
 
 from ..validation import check_int
 
 
 class TokenConstraint:
     """Base of the compiled constraints. A subclass gives ``vocab_size``, ``eos_token_id``,
-    ``initial_state()``, ``_check_state(state)``, ``allowed_token_mask(state, tokens_left=None)``,
-    ``is_accepting(state)`` and ``_next(state, token_id) -> int`` (``-1``: not allowed)."""
+    ``initial_state()``, ``_check_state(state)``, ``_grammar_mask(state)`` (the grammar's own mask),
+    ``_token_reach(state)`` (the fewest tokens to finish after each token, ``inf`` where not
+    allowed), ``is_accepting(state)`` and ``_next(state, token_id) -> int`` (``-1``: not allowed),
+    and sets ``fit_max_tokens``."""
+
+    fit_max_tokens = False
+
+    def allowed_token_mask(self, state: int, tokens_left: int | None = None) -> torch.Tensor:
+        """``(vocab,)`` bool tensor: True for every token that keeps the output valid.
+
+        EOS is True exactly when ``state`` is accepting (the text so far is complete). With
+        ``fit_max_tokens`` and ``tokens_left`` (tokens the request may still make, this one
+        included) only tokens after which a completion and its EOS fit stay allowed; when none
+        does (``max_tokens`` below the shortest completion) the tokens nearest to one are.
+        """
+        state = self._check_state(state)
+        base = self._grammar_mask(state)
+        if not self.fit_max_tokens or tokens_left is None:
+            return base
+        budget = self.__dict__.setdefault("_budget_masks", {})
+        reaches = self.__dict__.setdefault("_reaches", {})
+        if state not in reaches:                                     # once per state
+            reach = self._token_reach(state)
+            reaches[state] = (reach, float(reach.max(initial=0, where=np.isfinite(reach))))
+        reach, worst = reaches[state]
+        if worst <= tokens_left - 2:                                 # the budget does not bite
+            return base
+        key = (state, int(tokens_left))
+        if key not in budget:
+            accepting = self.is_accepting(state)
+            fits = reach <= tokens_left - 2
+            if not fits.any() and not accepting:
+                fits = reach == reach.min()                          # cannot fit: head for the nearest end
+            mask = torch.from_numpy(fits).to(base.device)
+            if self.eos_token_id is not None:
+                mask[self.eos_token_id] = accepting
+            budget[key] = mask
+        return budget[key]
 
     def num_allowed(self, state: int) -> int:
         return int(self.allowed_token_mask(state).sum())

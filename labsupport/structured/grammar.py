@@ -77,17 +77,11 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
         check_type("structured_output['json']", payload, dict)
         options["whitespace"] = check_int("structured_output['whitespace']", spec.get("whitespace", 0), 0, MAX_WHITESPACE)
         options["any_order"] = check_bool("structured_output['any_order']", spec.get("any_order", True))
-        names, _ = schema_to_rules(payload, whitespace=options["whitespace"], any_order=options["any_order"])
-        if len(names) > 1 and options.get("fit_max_tokens"):
-            raise ValueError("structured_output['fit_max_tokens'] is not supported for a recursive schema yet (the "
-                             "distance to a complete output depends on the stack)")
+        schema_to_rules(payload, whitespace=options["whitespace"], any_order=options["any_order"])
     elif kind == "regex":
         parse_regex(payload)
     elif kind == "grammar":
         check_type("structured_output['grammar']", payload, str)
-        if options.get("fit_max_tokens"):
-            raise ValueError("structured_output['fit_max_tokens'] is not supported with 'grammar' yet (the distance "
-                             "to a complete output depends on the stack)")
         check_grammar(payload)                                      # raises early, naming the line
     else:
         if not isinstance(payload, (list, tuple)) or not payload:
@@ -120,8 +114,6 @@ class StructuredOutput(TokenConstraint):
         self.dfa, self.index, self.key, self.compile_seconds = dfa, index, key, compile_seconds
         self.fit_max_tokens = fit_max_tokens
         self._dist: np.ndarray | None = None
-        self._budget: dict[tuple[int, int], torch.Tensor] = {}
-        self._reach: dict[int, tuple[np.ndarray, float]] = {}     # state -> (tokens to finish after each token, max)
 
     @property
     def num_states(self) -> int:
@@ -141,35 +133,12 @@ class StructuredOutput(TokenConstraint):
     def _check_state(self, state) -> int:
         return check_int("state", state, 0, self.num_states - 1)
 
-    def allowed_token_mask(self, state: int, tokens_left: int | None = None) -> torch.Tensor:
-        """``(vocab,)`` bool tensor: True for every token that keeps the output valid.
+    def _grammar_mask(self, state: int) -> torch.Tensor:
+        return self.index.mask(state)
 
-        EOS is True exactly when ``state`` is accepting (the text so far is complete). With
-        ``fit_max_tokens`` and ``tokens_left`` (tokens the request may still make, this one
-        included) only tokens after which a completion and its EOS fit stay allowed; when none
-        does (``max_tokens`` below the shortest completion) the tokens nearest to one are.
-        """
-        state = self._check_state(state)
-        base = self.index.mask(state)
-        if not self.fit_max_tokens or tokens_left is None:
-            return base
-        if state not in self._reach:                                 # once per state
-            after = self.index.next_rows(state)                      # (vocab,) next state or -1
-            reach = np.where(after >= 0, self.tokens_to_finish_all()[np.maximum(after, 0)], np.inf)
-            self._reach[state] = (reach, float(reach.max(initial=0, where=after >= 0)))
-        reach, worst = self._reach[state]
-        if worst <= tokens_left - 2:                                 # the budget does not bite
-            return base
-        key = (state, int(tokens_left))
-        if key not in self._budget:
-            fits = reach <= tokens_left - 2
-            if not fits.any() and not self.dfa.accepting[state]:
-                fits = reach == reach.min()                          # cannot fit: head for the nearest end
-            mask = torch.from_numpy(fits).to(base.device)
-            if self.eos_token_id is not None:
-                mask[self.eos_token_id] = bool(self.dfa.accepting[state])
-            self._budget[key] = mask
-        return self._budget[key]
+    def _token_reach(self, state: int) -> np.ndarray:
+        after = self.index.next_rows(state)                          # (vocab,) next state or -1
+        return np.where(after >= 0, self.tokens_to_finish_all()[np.maximum(after, 0)], np.inf)
 
     def tokens_to_finish_all(self) -> np.ndarray:
         """``(num_states,)`` the fewest tokens from each state to an accepting one (EOS not counted;
@@ -256,15 +225,14 @@ def compile_structured_output(spec, tokenizer, *, vocab_size: int | None = None,
         rules = schema_to_rules(payload, **{k: v for k, v in options.items() if k in JSON_OPTIONS})
     if kind == "grammar" or (rules is not None and len(rules[0]) > 1):   # recursion: the pushdown path
         compiled = PushdownOutput(payload if kind == "grammar" else rules, _tokens_of(tokenizer, vocab), eos,
-                                  device, key)
-        _CACHE[cache_key] = (tokenizer, compiled)
-        return compiled
-    tree = rules[1]["root"] if rules is not None else spec_tree(kind, payload, options)   # a schema: compiled once
-    dfa = compile_tree(tree)
-    index = TokenIndex(dfa, _tokens_of(tokenizer, vocab), eos, device)
-    index.warm_up()
-    compiled = StructuredOutput(dfa, index, key, time.perf_counter() - start,
-                                fit_max_tokens=options.get("fit_max_tokens", False))
+                                  device, key, fit_max_tokens=options.get("fit_max_tokens", False))
+    else:
+        tree = rules[1]["root"] if rules is not None else spec_tree(kind, payload, options)   # compiled once
+        dfa = compile_tree(tree)
+        index = TokenIndex(dfa, _tokens_of(tokenizer, vocab), eos, device)
+        index.warm_up()
+        compiled = StructuredOutput(dfa, index, key, time.perf_counter() - start,
+                                    fit_max_tokens=options.get("fit_max_tokens", False))
     _CACHE[cache_key] = (tokenizer, compiled)
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)

@@ -20,9 +20,9 @@ array             ``items`` (a schema, or ``false`` after ``prefixItems``), ``pr
                   ``minItems``, ``maxItems``
 integer           ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (either
                   side may be open), ``multipleOf`` (a remainder automaton)
-number            the same bounds when they are whole numbers (integers in range and plain
-                  decimals ``I.F``, no exponent); an integer ``multipleOf`` (integers only);
-                  fractional bounds and a fractional ``multipleOf`` are refused
+number            the same bounds, whole or fractional (the plain numerals ``I`` and ``I.F`` in
+                  range, no exponent; the fraction compared digit by digit); an integer
+                  ``multipleOf`` (integers only); a fractional ``multipleOf`` is refused
 string            ``minLength``, ``maxLength``, ``pattern`` (a *search*, as the spec says),
                   ``format``: date, time, date-time, email, uuid, ipv4 — all at once
 ``anyOf``         the union of the branches

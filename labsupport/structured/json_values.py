@@ -9,6 +9,7 @@ Strings follow the JSON grammar XGrammar uses (Dong et al., 2024): a character i
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import numpy as np
 
@@ -117,7 +118,7 @@ def multiple_of(k: int) -> DFA:
 def integer_tree(schema: dict, path: str):
     """``type: integer`` with ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum``
     (integers or numbers; either side may be open) and an integer ``multipleOf``."""
-    low, high = _bounds(schema, path, integer_only=False)
+    low, high = _bounds(schema, path)
     lo = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
     hi = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
     if lo is not None and hi is not None and hi < lo:
@@ -137,9 +138,9 @@ def integer_tree(schema: dict, path: str):
     return tree
 
 
-def _bounds(schema: dict, path: str, integer_only: bool) -> tuple[tuple, tuple]:
+def _bounds(schema: dict, path: str) -> tuple[tuple, tuple]:
     """``((low, strict), (high, strict))`` of the four bound keywords (``None`` where absent), the
-    tightest of each side; ``integer_only``: a bound must be a whole number (numbers here)."""
+    tightest of each side."""
     low = high = None
     for kw, up, strict in (("minimum", False, False), ("exclusiveMinimum", False, True),
                            ("maximum", True, False), ("exclusiveMaximum", True, True)):
@@ -148,9 +149,6 @@ def _bounds(schema: dict, path: str, integer_only: bool) -> tuple[tuple, tuple]:
         v = schema[kw]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) >= MAX_INT_BOUND:
             raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r}")
-        if integer_only and not float(v).is_integer():
-            raise bad(path, kw, f"for type 'number' only whole-number bounds are built here, got {v!r} "
-                      "(a fractional bound needs digit-by-digit comparison of the decimals)")
         side = (v, strict)
         if up:
             high = side if high is None or v < high[0] or (v == high[0] and strict) else high
@@ -159,39 +157,102 @@ def _bounds(schema: dict, path: str, integer_only: bool) -> tuple[tuple, tuple]:
     return low, high
 
 
-def number_tree(schema: dict, path: str):
-    """``type: number``: any JSON number; with whole-number bounds (``minimum``, ``maximum``, either
-    exclusive) the integers in range plus the plain decimals ``I.F`` in range (no exponent: a subset
-    of the valid texts, every one of them valid); an integer ``multipleOf`` allows integers only.
+# ----------------------------------------------------------------------------- numbers
 
-    A decimal with fraction ``0 < f < 1`` after a whole part ``I >= 0``: ``I + f >= m`` and
-    ``I + f > m`` both mean ``I >= m``; ``I + f <= M`` and ``I + f < M`` both mean ``I <= M - 1``
-    (the negative side mirrors it), so the bounds become integer ranges of ``I``.
-    """
+_DIGIT, _DIGITS = chars("0-9"), Repeat(chars("0-9"), 0, None)
+
+
+def _fraction_at_least(f: str):
+    """Fraction digits ``F`` (one or more) with ``0.F >= 0.f`` (``f`` without trailing zeros): at the
+    first digit where they differ ``F``'s is larger, or ``F`` starts with ``f``."""
+    options = [Seq((literal(f), _DIGITS)) if f else Seq((_DIGIT, _DIGITS))]
+    for j, d in enumerate(f):
+        if d != "9":
+            options.append(Seq((literal(f[:j]), chars(f"{int(d) + 1}-9"), _DIGITS)))
+    return Alt(tuple(options))
+
+
+def _fraction_at_most(f: str):
+    """Fraction digits ``F`` with ``0.F <= 0.f``: at the first difference ``F``'s digit is smaller,
+    or ``F`` is a prefix of ``f``, or ``f`` followed by zeros."""
+    if not f:
+        return Repeat(literal("0"), 1, None)
+    options = [Seq((literal(f), Repeat(literal("0"), 0, None)))]
+    options += [literal(f[:m]) for m in range(1, len(f))]
+    for j, d in enumerate(f):
+        if d != "0":
+            options.append(Seq((literal(f[:j]), chars(f"0-{int(d) - 1}"), _DIGITS)))
+    return Alt(tuple(options))
+
+
+def _split(x: Decimal) -> tuple[int, str]:
+    """A non-negative decimal as (whole part, fraction digits without trailing zeros)."""
+    whole = int(x)
+    frac = format(x - whole, "f").partition(".")[2].rstrip("0")
+    return whole, frac
+
+
+def decimal_range(lo: Decimal, hi: Decimal | None, positive: bool = False):
+    """The plain JSON numerals ``I`` and ``I.F`` (no exponent) with ``lo <= value <= hi``, ``lo >= 0``
+    (``hi=None``: no top; ``positive``: value 0 excluded). The whole part ``I`` decides most of it;
+    only at ``I = floor(lo)`` and ``I = floor(hi)`` are the fraction's digits compared, one by one."""
+    a, fa = _split(lo)
+    options = []
+    ints_lo = max(a + (1 if fa else 0), 1 if positive else 0)
+    ints_hi = None if hi is None else int(hi)
+    if ints_hi is None or ints_lo <= ints_hi:
+        options.append(_non_negative(ints_lo, ints_hi))                     # no fraction
+    at_least = _fraction_at_least(fa)
+    if positive and a == 0 and not fa:                                     # 0.F must not be zero
+        at_least = Seq((_DIGITS, chars("1-9"), _DIGITS))
+    if hi is None:
+        options.append(Seq((literal(f"{a}."), at_least)))
+        options.append(Seq((_non_negative(a + 1, None), literal("."), _DIGIT, _DIGITS)))
+        return Alt(tuple(options))
+    b, fb = _split(hi)
+    if a == b:
+        both = intersect(compile_tree(at_least), compile_tree(_fraction_at_most(fb)))
+        options.append(Seq((literal(f"{a}."), Machine(both))))
+    else:
+        options.append(Seq((literal(f"{a}."), at_least)))
+        if b - a > 1:
+            options.append(Seq((_non_negative(a + 1, b - 1), literal("."), _DIGIT, _DIGITS)))
+        options.append(Seq((literal(f"{b}."), _fraction_at_most(fb))))
+    return Alt(tuple(options))
+
+
+def _inclusive(side, up: bool) -> Decimal:
+    """A bound as an inclusive exact decimal. Validators compare parsed floats, so a strict bound
+    ``b`` becomes the next float beyond it: a text between the two would parse to ``b`` itself."""
+    v, strict = side
+    if strict:
+        v = math.nextafter(float(v), -math.inf if up else math.inf)
+    return Decimal(v) if isinstance(v, int) else Decimal(repr(float(v)))
+
+
+def number_tree(schema: dict, path: str):
+    """``type: number``: any JSON number; with bounds (``minimum``, ``maximum``, either exclusive,
+    whole or fractional) the plain numerals ``I`` and ``I.F`` in range, no exponent — a subset of
+    the valid texts, every one of them valid (bounds are compared digit by digit in
+    :func:`decimal_range`); an integer ``multipleOf`` allows integers only."""
     if "multipleOf" in schema:
         k = schema["multipleOf"]
         if isinstance(k, bool) or not isinstance(k, (int, float)) or not float(k).is_integer():
             raise bad(path, "multipleOf", f"for type 'number' only an integer multipleOf is built here, got {k!r}")
         return integer_tree(schema, path)                      # a multiple of an integer is an integer
-    low, high = _bounds(schema, path, integer_only=True)
+    low, high = _bounds(schema, path)
     if low is None and high is None:
         return NUMBER
-    m = None if low is None else int(low[0])
-    big_m = None if high is None else int(high[0])
-    options = []
-    ints_lo = None if low is None else m + 1 if low[1] else m
-    ints_hi = None if high is None else big_m - 1 if high[1] else big_m
-    if ints_lo is None or ints_hi is None or ints_lo <= ints_hi:
-        options.append(integer_range(ints_lo, ints_hi))
-    fraction = Seq((literal("."), Repeat(chars("0-9"), 0, None), chars("1-9"), Repeat(chars("0-9"), 0, None)))
-    pos_lo, pos_hi = max(0, m) if m is not None else 0, None if big_m is None else big_m - 1
-    if pos_hi is None or pos_lo <= pos_hi:                     # 0 < x: I in [max(0, m), M − 1]
-        options.append(Seq((_non_negative(pos_lo, pos_hi), fraction)))
-    neg_lo, neg_hi = max(0, -big_m) if big_m is not None else 0, None if m is None else -m - 1
-    if neg_hi is None or neg_lo <= neg_hi:                     # x < 0: I in [max(0, −M), −m − 1]
-        options.append(Seq((literal("-"), _non_negative(neg_lo, neg_hi), fraction)))
-    if not options:
+    lo = None if low is None else _inclusive(low, up=False)
+    hi = None if high is None else _inclusive(high, up=True)
+    if lo is not None and hi is not None and hi < lo:
         raise bad(path, "maximum", "leaves no number: the bounds are empty")
+    options = []
+    if hi is None or hi >= 0:                                  # value >= 0: "I" or "I.F"
+        options.append(decimal_range(max(lo, Decimal(0)) if lo is not None else Decimal(0), hi))
+    if lo is None or lo < 0:                                   # value < 0: "-" and a magnitude
+        m_lo = max(-hi, Decimal(0)) if hi is not None else Decimal(0)
+        options.append(Seq((literal("-"), decimal_range(m_lo, None if lo is None else -lo, positive=True))))
     return options[0] if len(options) == 1 else Alt(tuple(options))
 
 

@@ -20,9 +20,17 @@ calling or returning is allowed whatever lies below. Those are one vectorised lo
 those whose first byte can start somewhere, are walked through the stack; and each whole
 stack-set's mask is cached too, so a state seen again costs a dictionary look-up.
 
+**The budget** (``fit_max_tokens``): the fewest bytes that complete a stack is the sum, over its
+frames, of each frame's distance to its rule's end, where reading a byte costs 1 and calling a
+rule costs that rule's shortest complete text (:meth:`PushdownOutput.rule_lengths`, a fixpoint:
+a rule's length depends on the rules it calls). Every byte is a token of a byte-level BPE
+vocabulary, so this is a number of one-byte tokens: an upper bound on the tokens a completion
+needs, and exact for the completions made of one-byte tokens — enough for the guarantee
+"complete whenever ``max_tokens`` is at least the distance".
+
 Interface: the same as :class:`~.grammar.StructuredOutput` (integer states, ``allowed_token_mask``,
-``advance``, ``is_accepting``, ``matches``), so ``generate``, ``LLMEngine`` and the speculative
-engine take either.
+``advance``, ``is_accepting``, ``matches``, ``tokens_to_finish``), so ``generate``, ``LLMEngine``
+and the speculative engine take either.
 """
 
 from __future__ import annotations
@@ -85,7 +93,7 @@ class PushdownOutput(TokenConstraint):
     """A grammar with recursion, compiled for one tokenizer (see the module docstring)."""
 
     def __init__(self, grammar, tokens: list[bytes | None], eos_token_id: int | None,
-                 device: torch.device | str = "cpu", key: str = "") -> None:
+                 device: torch.device | str = "cpu", key: str = "", fit_max_tokens: bool = False) -> None:
         """``grammar``: EBNF text (:func:`~.ebnf.lower`), or ``(rule names, trees)`` with the root first
         (:func:`~.json_schema.schema_to_rules`), a reference to rule ``i`` being ``RawByte(SYMBOL_BYTES[i])``."""
         start = time.perf_counter()
@@ -104,7 +112,8 @@ class PushdownOutput(TokenConstraint):
         self.eos_token_id = eos_token_id
         self.device = torch.device(device)
         self.key = key
-        self.fit_max_tokens = False
+        self.fit_max_tokens = fit_max_tokens
+        self._distance: list[np.ndarray] | None = None
         self._by_first: dict[int, np.ndarray] = {}
         firsts = np.array([t[0] if t else -1 for t in tokens])
         for b in range(256):
@@ -117,8 +126,10 @@ class PushdownOutput(TokenConstraint):
         self.compile_seconds = time.perf_counter() - start
 
     # ------------------------------------------------------------------ the stack machine
-    def _expand(self, stacks) -> set[tuple]:
-        """Every stack reachable by calls and returns alone: the tops that may read the next byte."""
+    def expand(self, stacks) -> set[tuple]:
+        """Every stack reachable from ``stacks`` by calls and returns alone (no text read): the
+        stacks whose top frame may read the next byte. A stack is a tuple of ``(rule, DFA state)``
+        frames, the top last."""
         out, todo = set(), list(stacks)
         while todo:
             stack = todo.pop()
@@ -136,11 +147,12 @@ class PushdownOutput(TokenConstraint):
                 todo.append(stack[:-1])
         return out
 
-    def _step(self, stacks, byte: int) -> frozenset:
+    def step(self, stacks, byte: int) -> frozenset:
+        """The stacks after reading one text ``byte`` (empty: the byte is not allowed)."""
         if byte >= TEXT_BYTES:
             return frozenset()
         out = set()
-        for stack in self._expand(stacks):
+        for stack in self.expand(stacks):
             r, q = stack[-1]
             t = int(self.dfas[r].transitions[q, byte])
             if t >= 0:
@@ -148,7 +160,7 @@ class PushdownOutput(TokenConstraint):
         return frozenset(out)
 
     def _accepts(self, stacks) -> bool:
-        return any(len(s) == 1 and self.dfas[0].accepting[s[0][1]] for s in self._expand(stacks))
+        return any(len(s) == 1 and self.dfas[0].accepting[s[0][1]] for s in self.expand(stacks))
 
     def _intern(self, stacks: frozenset) -> int:
         if stacks not in self._ids:
@@ -158,7 +170,7 @@ class PushdownOutput(TokenConstraint):
 
     def _walk(self, stacks, data: bytes) -> frozenset:
         for b in data:
-            stacks = self._step(stacks, b)
+            stacks = self.step(stacks, b)
             if not stacks:
                 break
         return stacks
@@ -174,14 +186,17 @@ class PushdownOutput(TokenConstraint):
     def _check_state(self, state) -> int:
         return check_int("state", state, 0, self.num_states - 1)
 
-    def allowed_token_mask(self, state: int, tokens_left: int | None = None) -> torch.Tensor:
+    def stacks(self, state: int) -> list[tuple[str, ...]]:
+        """The stacks of ``state`` as rule names, bottom first (e.g. ``('root', 'factor', 'factor')``)."""
+        return sorted(tuple(self.symbols[r] for r, _ in stack) for stack in self._states[self._check_state(state)])
+
+    def _grammar_mask(self, state: int) -> torch.Tensor:
         """``(vocab,)`` bool: the tokens after which the text can still be completed; EOS when complete."""
-        state = self._check_state(state)
         if state in self._masks:
             return self._masks[state]
         stacks = self._states[state]
         mask = np.zeros(self.vocab_size, dtype=bool)
-        expanded = self._expand(stacks)
+        expanded = self.expand(stacks)
         firsts = set()
         for stack in expanded:                        # decided by the top frame alone (cached per frame)
             r, q = stack[-1]
@@ -214,6 +229,64 @@ class PushdownOutput(TokenConstraint):
         stacks = self._walk(self._states[self.initial], text.encode("utf-8"))
         return bool(stacks) and self._accepts(stacks)
 
+    # ------------------------------------------------------------------ the budget (fit_max_tokens)
+    def rule_lengths(self) -> list[float]:
+        """The shortest complete text of each rule, in one-byte tokens (``inf``: none)."""
+        return [float(d[0]) for d in self._distances()]
+
+    def _distances(self) -> list[np.ndarray]:
+        """Per rule, ``(num DFA states,)``: the fewest one-byte tokens from each state to the rule's
+        end, a call of rule ``s`` costing ``rule_lengths[s]`` — a fixpoint over the rules."""
+        if self._distance is None:
+            one_byte = np.zeros(TEXT_BYTES, dtype=bool)
+            for t in self.tokens:
+                if t is not None and len(t) == 1 and t[0] < TEXT_BYTES:
+                    one_byte[t[0]] = True
+            text_cols = np.nonzero(one_byte)[0]
+            dist = [np.where(d.accepting, 0.0, np.inf) for d in self.dfas]
+            changed = True
+            while changed:                      # lengths only fall, and each is a sum of finitely many steps
+                changed = False
+                length = [float(d[0]) for d in dist]
+                for r, dfa in enumerate(self.dfas):
+                    d = dist[r]
+                    while True:                 # Bellman-Ford inside one rule's DFA, vectorised over states
+                        nxt = dfa.transitions[:, text_cols]
+                        best = np.where(nxt >= 0, d[np.maximum(nxt, 0)], np.inf).min(axis=1, initial=np.inf) + 1
+                        for byte, callee in self.code.items():
+                            col = dfa.transitions[:, byte]
+                            best = np.minimum(best, np.where(col >= 0, d[np.maximum(col, 0)], np.inf) + length[callee])
+                        new = np.minimum(d, best)
+                        if np.array_equal(new, d):
+                            break
+                        d = new
+                        changed = True
+                    dist[r] = d
+            self._distance = dist
+        return self._distance
+
+    def _stacks_distance(self, stacks) -> float:
+        dist = self._distances()
+        return min((sum(float(dist[r][q]) for r, q in stack) for stack in stacks), default=np.inf)
+
     def tokens_to_finish(self, state: int) -> float:
-        raise ValueError("fit_max_tokens is not supported for 'grammar' specs yet (the distance to a complete "
-                         "output depends on the stack)")
+        """The fewest one-byte tokens from ``state`` to a complete output (EOS not counted): an upper
+        bound on the tokens a completion needs (multi-byte tokens may finish sooner)."""
+        return self._stacks_distance(self._states[self._check_state(state)])
+
+    def _token_reach(self, state: int) -> np.ndarray:
+        """``(vocab,)``: the distance after each allowed token (``inf`` for the rest). Tokens the top
+        frame reads alone are vectorised (the frames below do not change); the others are walked."""
+        dist = self._distances()
+        stacks = self._states[state]
+        reach = np.full(self.vocab_size, np.inf)
+        for stack in self.expand(stacks):
+            r, q = stack[-1]
+            below = sum(float(dist[rr][qq]) for rr, qq in stack[:-1])
+            after = self._local[r].next_rows(q)
+            reach = np.minimum(reach, np.where(after >= 0, below + dist[r][np.maximum(after, 0)], np.inf))
+        mask = self._grammar_mask(state).cpu().numpy()
+        for t in np.nonzero(mask & ~np.isfinite(reach))[0]:
+            if t != self.eos_token_id:
+                reach[t] = self._stacks_distance(self._walk(stacks, self.tokens[t]))
+        return reach
