@@ -309,3 +309,63 @@ def test_fit_max_tokens_on_the_pushdown_path_through_the_engine(tiny_lm):
                                                                  structured_output=spec))
     for o in outs:
         assert o.finish_reason == "stop" and _arith(o.text), o.text
+
+
+def test_the_panel_drives_the_pushdown_matcher_and_shows_its_stack(tiny_lm):
+    from labsupport.bench.structured import ARITHMETIC
+    from labsupport.widgets.structured import structured_lab
+    panel = structured_lab(tiny_lm, {"grammar": ARITHMETIC}, "x = ", seed=0, max_complete=12, example="((1+2)*3))")
+    assert "((1+2)*3))" in panel.controls["text"].placeholder
+    panel.force_text("((1+2)*3))")
+    assert "refused" in panel.note.value
+    assert tiny_lm.decode(panel.state["out"]) == "((1+2)*3"             # the token "))" is refused: one "(" is open
+    panel.update()
+    assert "stack (bottom › top)" in panel.stats.value and "root" in panel.stats.value
+    assert "incomplete" in panel.stats.value
+    panel.force_text(")")
+    panel.update()
+    assert "matches ✓" in panel.stats.value                               # Python's parser agrees
+    panel.reset()
+    panel.force_text("((")
+    panel.update()
+    assert "frames" in panel.stats.value and "incomplete" in panel.stats.value
+    panel.controls["temperature"].value = 0.0
+    panel.controls["complete"].click()
+    assert panel.note.value == ""
+    with pytest.raises(TypeError, match="example"):
+        structured_lab(tiny_lm, {"grammar": ARITHMETIC}, "x", example=3)
+
+
+def test_stack_figure_draws_depths_and_refuses_ragged_input():
+    from labsupport.viz.structured import stack_figure
+    fig = stack_figure(["(", "1", ")"], [4, 7, 1], [1, 1, 0])
+    assert list(fig.data[0].y) == [4, 7, 1] and list(fig.data[1].y) == [1, 1, 0]
+    assert fig.layout.yaxis2.overlaying == "y"
+    with pytest.raises(ValueError, match="same length"):
+        stack_figure(["("], [4, 7], [1])
+
+
+def test_the_bench_checks_arithmetic_with_pythons_parser():
+    from labsupport.bench.structured import ARITHMETIC, arithmetic_ok, is_valid
+    assert arithmetic_ok("(1+2)*3") and arithmetic_ok("0") and arithmetic_ok("10/(2-1)")
+    for bad in ("", "1+", "(1", "1 + 2", "-1", "1.5", "f(1)", "1e3", "(1)(2)"):
+        assert not arithmetic_ok(bad), bad
+    assert is_valid("2*(3)", {"grammar": ARITHMETIC})
+    with pytest.raises(ValueError, match="no independent check"):
+        is_valid("a", {"grammar": 'root ::= "a"'})
+
+
+def test_the_bench_measures_grammar_steps_and_agrees_with_xgrammar_on_the_pushdown_specs(tiny_lm):
+    from labsupport.bench import structured as bench
+    spec = bench.SPECS["arithmetic (EBNF)"][0]
+    runs = [tiny_lm.encode(t) for t in ("(1+2)*3", "10/(2-0)", "7")]
+    at8 = bench.batch_mask_step_seconds(tiny_lm, spec, runs, batch=8, repeats=2)
+    assert len(at8) == 2 and all(s > 0 for s in at8)
+    pytest.importorskip("xgrammar", reason="xgrammar is not installed (pip install xgrammar)")
+    for name, texts in (("arithmetic (EBNF)", ("(1+2)*3", "10/(2-0)")),
+                        ("tree (recursive)", ('{"name":"a","children":[{"name":"b","children":[]}]}',))):
+        equal, compared = bench.mask_agreement(tiny_lm, bench.SPECS[name][0], [tiny_lm.encode(t) for t in texts])
+        assert compared >= 5 and equal == compared, name
+    equal, compared = bench.mask_agreement(tiny_lm, {"json": bench.PERSON},
+                                           [tiny_lm.encode('{"name":"Al","age":3,"student":true}')])
+    assert equal < compared            # any order, each key once (ours) vs XGrammar's repeatable any_order

@@ -38,7 +38,7 @@ MAX_PRODUCT_STATES = 100_000
 @dataclass(frozen=True, eq=False)
 class Machine:
     """A compiled :class:`DFA` used as a tree node (the result of an intersection or complement)."""
-    dfa: "DFA"
+    dfa: DFA
 
 
 def utf8_ranges(lo: int, hi: int) -> list[list[tuple[int, int]]]:
@@ -137,7 +137,7 @@ class NFA:
             return self._machine(node.dfa, start)
         raise TypeError(f"unknown grammar node {node!r}")
 
-    def _machine(self, dfa: "DFA", start: int) -> int:
+    def _machine(self, dfa: DFA, start: int) -> int:
         """Copy a DFA in: one NFA state per DFA state, byte ranges of equal targets as one edge."""
         ids = [self.new() for _ in range(dfa.num_states)]
         end = self.new()

@@ -186,6 +186,10 @@ class PushdownOutput(TokenConstraint):
     def _check_state(self, state) -> int:
         return check_int("state", state, 0, self.num_states - 1)
 
+    def frames(self, state: int) -> frozenset:
+        """The stacks of ``state`` as they are matched: tuples of ``(rule, DFA state)``, the top last."""
+        return self._states[self._check_state(state)]
+
     def stacks(self, state: int) -> list[tuple[str, ...]]:
         """The stacks of ``state`` as rule names, bottom first (e.g. ``('root', 'factor', 'factor')``)."""
         return sorted(tuple(self.symbols[r] for r, _ in stack) for stack in self._states[self._check_state(state)])

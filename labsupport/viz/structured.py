@@ -195,6 +195,30 @@ def allowed_count_figure(tokens: Sequence[str], counts: Sequence[int], vocab_siz
     return _style(fig, title, 360)
 
 
+def stack_figure(tokens: Sequence[str], depths: Sequence[int], brackets: Sequence[int], *,
+                 title: str | None = None) -> go.Figure:
+    """The pushdown matcher's stack depth (frames) after each token, beside the text's bracket
+    depth; default title "The stack follows the nesting".
+
+    Raises:
+        ValueError: the three sequences differ in length.
+    """
+    if not len(tokens) == len(depths) == len(brackets):
+        raise ValueError("tokens, depths and brackets must have the same length")
+    title = tr("The stack follows the nesting") if title is None else title
+    x = list(range(len(tokens)))
+    fig = go.Figure(go.Bar(x=x, y=list(depths), text=list(tokens), textposition="outside",
+                           name=tr("stack frames after the token"), marker_color=ALLOWED_COLOR))
+    fig.add_trace(go.Scatter(x=x, y=list(brackets), mode="lines+markers", line={"shape": "hv", "color": ACCEPT_COLOR},
+                             name=tr("open brackets in the text"), yaxis="y2"))
+    top = max([*depths, 1])
+    fig.update_layout(xaxis={"title": tr("token (written above its bar)")},
+                      yaxis={"title": tr("stack frames"), "range": [0, top * 1.25]},
+                      yaxis2={"title": tr("open brackets"), "overlaying": "y", "side": "right",
+                              "range": [0, max([*brackets, 1]) * 1.25], "showgrid": False})
+    return _style(fig, title, 380)
+
+
 def cost_figure(names: Sequence[str], ours_us: Sequence[float], peer_us: Sequence[float] | None,
                 decode_us: float, *, title: str | None = None) -> go.Figure:
     """Bars of our mask step and XGrammar's (µs) beside one model decode step (a dashed line);

@@ -24,7 +24,7 @@ from labsupport.i18n import tr
 from labsupport.models import LoadedModel, max_positions
 from labsupport.sampling import SamplingParams, probs_from_logits, sample
 from labsupport.structured import for_model, normalize_spec
-from labsupport.validation import check_int, check_real
+from labsupport.validation import check_int, check_real, check_type
 from labsupport.viz.structured import masked_candidates_figure, pick_candidates
 
 from .common import error_html
@@ -62,7 +62,7 @@ def _stat(name: str, value: str) -> str:
 
 def parse_result(text: str, spec: dict, grammar_state: int | None, grammar) -> str:
     """A short verdict on ``text``: valid, a valid prefix, or invalid (with the reason)."""
-    from labsupport.bench.structured import load_jsonschema
+    from labsupport.bench.structured import GRAMMAR_CHECKS, load_jsonschema  # independent checkers
     jsonschema = load_jsonschema()
     kind, payload, _ = normalize_spec(spec)
     if kind == "json":
@@ -73,6 +73,10 @@ def parse_result(text: str, spec: dict, grammar_state: int | None, grammar) -> s
             reason = tr("does not parse yet ({error})", error=err.msg)
         except jsonschema.ValidationError as err:
             reason = tr("parses, but {error}", error=err.message)
+    elif kind == "grammar":
+        if GRAMMAR_CHECKS.get(payload, grammar.matches)(text):
+            return tr("matches ✓")
+        reason = tr("does not match")
     elif (re.fullmatch(payload, text) if kind == "regex" else text in payload):
         return tr("matches ✓")
     else:
@@ -82,25 +86,37 @@ def parse_result(text: str, spec: dict, grammar_state: int | None, grammar) -> s
     return tr("invalid — {reason}", reason=reason)
 
 
+def _stack_text(grammar, state: int) -> str:
+    """The pushdown state's stacks as rule names: the first in full, then how many more."""
+    stacks = grammar.stacks(state)
+    first = " › ".join(stacks[0]) if stacks else "—"
+    more = tr(" (+{n} more stacks)", n=len(stacks) - 1) if len(stacks) > 1 else ""
+    depth = tr(" — {n} frames", n=len(stacks[0]) if stacks else 0)
+    return f"<span style='font-size:14px;font-weight:400'>{html.escape(first + more + depth)}</span>"
+
+
 def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: ", *, temperature: float = 1.0,
-                   seed: int = 0, top_n: int = 8, max_complete: int = 60) -> widgets.VBox:
+                   seed: int = 0, top_n: int = 8, max_complete: int = 60,
+                   example: str = '{"name":"Ann","name"') -> widgets.VBox:
     """Toggle the grammar, press a candidate chip to force a token, watch the grammar state.
 
     Shows the ``top_n`` most likely next tokens (grey: the model; blue: after the grammar's
     mask, renormalised; red label: refused, probability exactly 0), chips for the candidates
     that may be chosen, the grammar state, the number of allowed tokens, the time of the mask
-    look-up, the text so far and whether it parses and validates. A text box forces a whole
-    string token by token and reports the first token the grammar refuses (try writing a
-    key twice).
+    look-up, the text so far and whether it parses and validates; for a grammar with recursion
+    (the pushdown path) also the stack of rules. A text box forces a whole string token by
+    token and reports the first token the grammar refuses (try writing a key twice).
 
     Args:
         lm: a loaded model.
-        spec: a structured-output spec (``{"json": schema}``, ``{"regex": ...}``, ``{"choice": [...]}``).
+        spec: a structured-output spec (``{"json": schema}``, ``{"regex": ...}``, ``{"choice": [...]}``,
+            ``{"grammar": ebnf}``).
         prompt: the prompt before the output.
         temperature: sampling temperature in [0, 2] (0 = greedy).
         seed: seed in [0, 99] of the sampling generator.
         top_n: candidates shown, in [2, 16].
         max_complete: most tokens the "complete" button adds, in [1, 200].
+        example: the text box's hint, a text to force after reset.
 
     Raises:
         TypeError / ValueError: a bad spec or a starting value outside its range.
@@ -110,6 +126,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
     seed = check_int("seed", seed, 0, 99)
     top_n = check_int("top_n", top_n, 2, 16)
     max_complete = check_int("max_complete", max_complete, 1, 200)
+    example = check_type("example", example, str)
     grammar = for_model(spec, lm)
     prompt_ids = lm.encode(prompt)
     if not prompt_ids:
@@ -129,7 +146,7 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                                    tooltip=tr("sample up to {n} tokens, until EOS", n=max_complete)),
         "undo": widgets.Button(description=tr("undo"), icon="undo"),
         "reset": widgets.Button(description=tr("reset"), icon="refresh"),
-        "text": widgets.Text(value="", placeholder=tr("after reset, e.g. {example}", example='{"name":"Ann","name"'),
+        "text": widgets.Text(value="", placeholder=tr("after reset, e.g. {example}", example=example),
                              description=tr("force text"), style=_WIDE, layout=widgets.Layout(width="60%")),
         "force_text": widgets.Button(description=tr("force this text"), icon="keyboard-o"),
     }
@@ -187,6 +204,8 @@ def structured_lab(lm: LoadedModel, spec: dict, prompt: str = "Answer in JSON: "
                              tr("{state} (accepting)", state=g) if grammar.is_accepting(g) else f"{g}")
                        + _stat(tr("allowed next tokens"), tr("{allowed:,} of {vocab:,}", allowed=allowed_n,
                                                              vocab=grammar.vocab_size))
+                       + (_stat(tr("stack (bottom › top)"), _stack_text(grammar, g))
+                          if hasattr(grammar, "stacks") and g is not None else "")
                        + _stat(tr("mask look-up"), f"{state['mask_us']:.0f} µs")
                        + _stat(tr("parse result"), html.escape(parse_result(text, spec, g, grammar))))
         if state["done"]:

@@ -19,4 +19,10 @@ MESSAGES = {
     "ours (cached mask)": "이 강의의 구현 (캐시한 마스크)",
     "one model decode step: {us:,.0f} µs": "모델 디코드 스텝 한 번: {us:,.0f} µs",
     "µs per step (log)": "스텝당 µs (로그)",
+    "The stack follows the nesting": "스택은 중첩을 따라갑니다",
+    "stack frames after the token": "토큰 뒤의 스택 프레임",
+    "open brackets in the text": "텍스트에서 열린 괄호",
+    "token (written above its bar)": "토큰 (막대 위에 적힘)",
+    "stack frames": "스택 프레임",
+    "open brackets": "열린 괄호",
 }
