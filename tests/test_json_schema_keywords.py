@@ -225,3 +225,18 @@ def test_number_bounds_are_judged_on_the_parsed_float(schema, text, valid, ours)
     assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) is valid
     assert dfa.matches(text) is ours
     assert valid or not ours
+
+
+@pytest.mark.parametrize("schema, error, message", [
+    ({"type": "integer", "minimum": 5, "exclusiveMaximum": 5}, ValueError,
+     r"'exclusiveMaximum' at /: leaves no integer: with minimum 5 and exclusiveMaximum 5"),
+    ({"type": "number", "exclusiveMinimum": 2.5, "maximum": 2.5}, ValueError,
+     r"'maximum' at /: leaves no number: exclusiveMinimum is 2.5 and maximum is 2.5"),
+    ({"type": "number", "minimum": "3"}, TypeError, r"'minimum' at /: must be a number .* got '3' \(str\)"),
+    ({"type": "integer", "maximum": float("inf")}, ValueError, r"'maximum' at /: must be a number .* got inf"),
+    ({"type": "string", "maxLength": "9"}, TypeError, r"'maxLength' at /: must be an integer in \[0, 1000\]"),
+    ({"type": "string", "maxLength": 1001}, ValueError, r"'maxLength' at /: must be an integer in \[0, 1000\]"),
+])
+def test_bad_bounds_name_the_keyword_and_the_error_kind(schema, error, message):
+    with pytest.raises(error, match=message):
+        schema_to_tree(schema)

@@ -139,6 +139,66 @@ def test_masks_equal_the_brute_force_walk_of_every_token():
         state = g.advance(state, token)
 
 
+@pytest.mark.parametrize("grammar, opener", [
+    ('root ::= a\na ::= "(" a ")" | "ABCDEFGHIJKLMNOP"', "("),     # the innermost text is 16 bytes long
+    (ARITH, "("),
+], ids=["deep-text", "arithmetic"])
+def test_no_state_is_a_dead_end_at_the_stack_limit(grammar, opener):
+    """At MAX_STACK frames a bracket whose contents would need one more frame is refused, so every
+    reachable state can still be completed: the mask is never empty and the distance stays finite."""
+    from labsupport.structured.pushdown import MAX_STACK
+    g = _compile(grammar)
+    tok = g.tokens.index(opener.encode())
+    state, opened, text = g.initial_state(), 0, b""
+    while g.allowed_token_mask(state)[tok]:
+        state = g.advance(state, tok)
+        opened += 1
+        text += g.tokens[tok]
+        assert opened < 2 * MAX_STACK, "the stack limit never bit"
+    # root, then one frame per bracket (ARITH: expr, term, factor per level) — deep up to the limit
+    depth = max(len(s) for s in g.stacks(state))
+    assert MAX_STACK - 3 <= depth <= MAX_STACK
+    slow = torch.tensor([bool(t) and bool(g._walk(g._states[state], t)) for t in g.tokens])
+    slow[g.eos_token_id] = g.is_accepting(state)
+    assert torch.equal(g.allowed_token_mask(state), slow)
+    steps = 0
+    while not g.is_accepting(state):                   # close every bracket, never stuck on the way
+        mask = g.allowed_token_mask(state)
+        assert mask.any() and g.tokens_to_finish(state) < float("inf")
+        token = int(g._token_reach(state).argmin())
+        state = g.advance(state, token)
+        text += g.tokens[token]
+        steps += 1
+        assert steps <= 40 * MAX_STACK
+    assert g.matches(text.decode())
+
+
+def test_a_grammar_that_matches_nothing_or_is_too_ambiguous_is_refused():
+    with pytest.raises(ValueError, match="matches no string at all"):
+        _compile('root ::= a\na ::= "(" a ")"')
+    g = _compile('root ::= a\na ::= "x" a a | ""')      # x^n has a Catalan number of parses
+    x, state = g.tokens.index(b"x"), g.initial_state()
+    with pytest.raises(ValueError, match="too ambiguous.*MAX_STACKS=1024"):
+        for _ in range(20):
+            state = g.advance(state, x)
+            g.allowed_token_mask(state)
+
+
+def test_the_budget_mask_never_allows_what_the_grammar_refuses():
+    tok = shipped_tokenizer()
+    g = compile_structured_output({"grammar": 'root ::= a\na ::= "(" a ")" | "x"', "fit_max_tokens": True}, tok)
+    state = g.advance(g.advance(g.initial_state(), g.tokens.index(b"(")), g.tokens.index(b"("))
+    base = g.allowed_token_mask(state)
+    for left in range(6):
+        mask = g.allowed_token_mask(state, left)
+        assert mask.any() and not (mask & ~base).any(), left
+    assert int(g.allowed_token_mask(state, 0).sum()) < int(base.sum())
+    with pytest.raises(TypeError, match="tokens_left"):
+        g.allowed_token_mask(state, True)
+    with pytest.raises(ValueError, match="tokens_left must be an integer >= 0, got -1"):
+        g.allowed_token_mask(state, -1)
+
+
 @pytest.mark.parametrize("grammar", [ARITH, JSON], ids=["arithmetic", "json"])
 def test_masks_equal_xgrammars_on_random_walks(grammar):
     xgr = pytest.importorskip("xgrammar", reason="xgrammar is not installed (pip install xgrammar)")
@@ -341,8 +401,13 @@ def test_stack_figure_draws_depths_and_refuses_ragged_input():
     fig = stack_figure(["(", "1", ")"], [4, 7, 1], [1, 1, 0])
     assert list(fig.data[0].y) == [4, 7, 1] and list(fig.data[1].y) == [1, 1, 0]
     assert fig.layout.yaxis2.overlaying == "y"
-    with pytest.raises(ValueError, match="same length"):
+    assert list(fig.layout.xaxis.ticktext) == ["(", "1", ")"]          # the tokens label the axis
+    with pytest.raises(ValueError, match="same length, got 1, 2 and 1"):
         stack_figure(["("], [4, 7], [1])
+    with pytest.raises(ValueError, match=r"depths\[1\] must be an integer >= 0, got -2"):
+        stack_figure(["(", ")"], [4, -2], [1, 0])
+    with pytest.raises(TypeError, match=r"brackets\[0\] must be an integer"):
+        stack_figure(["("], [4], [float("nan")])
 
 
 def test_the_bench_checks_arithmetic_with_pythons_parser():
@@ -351,8 +416,15 @@ def test_the_bench_checks_arithmetic_with_pythons_parser():
     for bad in ("", "1+", "(1", "1 + 2", "-1", "1.5", "f(1)", "1e3", "(1)(2)"):
         assert not arithmetic_ok(bad), bad
     assert is_valid("2*(3)", {"grammar": ARITHMETIC})
+    assert not arithmetic_ok("(" * 5000 + "1" + ")" * 5000)   # deeper than Python's parser goes: not a crash
     with pytest.raises(ValueError, match="no independent check"):
         is_valid("a", {"grammar": 'root ::= "a"'})
+    # JSON as RFC 8259 has it, not Python's json: no NaN/Infinity, no key twice
+    number = {"json": {"type": "number"}}
+    assert is_valid("1.5", number)
+    assert not any(is_valid(t, number) for t in ("NaN", "Infinity", "-Infinity"))
+    assert not is_valid('{"a":1,"a":2}', {"json": {"type": "object"}})
+    assert is_valid('{"a":1,"b":{"a":2}}', {"json": {"type": "object"}})
 
 
 def test_the_bench_measures_grammar_steps_and_agrees_with_xgrammar_on_the_pushdown_specs(tiny_lm):
@@ -361,6 +433,14 @@ def test_the_bench_measures_grammar_steps_and_agrees_with_xgrammar_on_the_pushdo
     runs = [tiny_lm.encode(t) for t in ("(1+2)*3", "10/(2-0)", "7")]
     at8 = bench.batch_mask_step_seconds(tiny_lm, spec, runs, batch=8, repeats=2)
     assert len(at8) == 2 and all(s > 0 for s in at8)
+    for kwargs, error in (({"batch": 0}, "batch must be an integer >= 1, got 0"),
+                          ({"repeats": 0}, "repeats must be an integer >= 1, got 0")):
+        with pytest.raises(ValueError, match=error):
+            bench.batch_mask_step_seconds(tiny_lm, spec, runs, **kwargs)
+    with pytest.raises(TypeError, match="batch must be an integer"):
+        bench.batch_mask_step_seconds(tiny_lm, spec, runs, batch=2.0)
+    with pytest.raises(ValueError, match="token_runs must hold"):
+        bench.batch_mask_step_seconds(tiny_lm, spec, [[]])
     pytest.importorskip("xgrammar", reason="xgrammar is not installed (pip install xgrammar)")
     for name, texts in (("arithmetic (EBNF)", ("(1+2)*3", "10/(2-0)")),
                         ("tree (recursive)", ('{"name":"a","children":[{"name":"b","children":[]}]}',))):

@@ -73,6 +73,13 @@ def test_integer_range_matches_exactly_the_integers():
         dfa = compile_tree(integer_range(lo, hi))
         assert [i for i in range(-1500, 1500) if dfa.matches(str(i))] == list(range(lo, hi + 1))
         assert not dfa.matches("007") and not dfa.matches("-0")
+    # 14-digit bounds: the full-width middle digits are one repetition, not a split on both sides
+    # (which took 2^n calls and overflowed the automaton limit at 10^13)
+    lo, hi = -10 ** 13 - 7, 10 ** 14 - 1
+    dfa = compile_tree(integer_range(lo, hi))
+    probes = [lo - 1, lo, lo + 1, -10 ** 13, -1, 0, 1, 10 ** 13, 99999999999999, hi, hi + 1, 10 ** 14 + 5]
+    assert [i for i in probes if dfa.matches(str(i))] == [i for i in probes if lo <= i <= hi]
+    assert dfa.num_states < 100
 
 
 def test_json_keys_in_any_order_once_each_all_required():

@@ -33,6 +33,7 @@ from ..sampling import SamplingParams
 from ..structured import apply_structured_mask, for_model, normalize_spec
 from ..structured.grammar import _CACHE
 from ..timing import median_range
+from ..validation import check_int
 
 PERSON = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 12},
@@ -75,7 +76,7 @@ def arithmetic_ok(text: str) -> bool:
         return False
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):   # very deep brackets exhaust the parser's stack
         return False
     allowed = (ast.Expression, ast.BinOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.Div)
     return all(isinstance(n, allowed) and (not isinstance(n, ast.Constant) or type(n.value) is int)
@@ -118,10 +119,24 @@ def is_valid(text: str, spec: dict) -> bool:
             raise ValueError("is_valid has no independent check for this grammar (known: the ARITHMETIC grammar)")
         return GRAMMAR_CHECKS[payload](text)
     try:
-        jsonschema.validate(json.loads(text), payload)
-    except (ValueError, jsonschema.ValidationError):
+        jsonschema.validate(strict_json(text), payload)
+    except (ValueError, RecursionError, jsonschema.ValidationError):
         return False
     return True
+
+
+def strict_json(text: str):
+    """``json.loads`` as RFC 8259 reads JSON: ``NaN``/``Infinity`` (Python's extension) and an object
+    with a key twice (whose meaning JSON leaves open) are refused with ``ValueError``."""
+    def no_constant(name):
+        raise ValueError(f"{name} is not JSON")
+
+    def unique_keys(pairs):
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError("an object has a key twice")
+        return dict(pairs)
+    return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
 
 
 @dataclass
@@ -211,6 +226,10 @@ def batch_mask_step_seconds(lm: LoadedModel, spec: dict, token_runs: Sequence[Se
     """Seconds per engine step of the grammar for ``batch`` requests at once: ``batch`` mask look-ups,
     one masked fill of the ``(batch, vocab)`` logits (as ``LLMEngine`` does) and ``batch`` advances,
     the requests replaying ``token_runs`` side by side (cycled to ``batch`` of them)."""
+    batch = check_int("batch", batch, 1)
+    repeats = check_int("repeats", repeats, 1)
+    if not token_runs or not any(len(r) for r in token_runs):
+        raise ValueError("token_runs must hold at least one non-empty run of token ids")
     g = for_model(spec, lm)
     runs = [list(token_runs[i % len(token_runs)]) for i in range(batch)]
     logits = torch.randn(batch, g.vocab_size)

@@ -33,6 +33,8 @@ class TokenConstraint:
         """
         state = self._check_state(state)
         base = self._grammar_mask(state)
+        if tokens_left is not None:
+            tokens_left = check_int("tokens_left", tokens_left, 0)
         if not self.fit_max_tokens or tokens_left is None:
             return base
         budget = self.__dict__.setdefault("_budget_masks", {})
@@ -43,12 +45,12 @@ class TokenConstraint:
         reach, worst = reaches[state]
         if worst <= tokens_left - 2:                                 # the budget does not bite
             return base
-        key = (state, int(tokens_left))
+        key = (state, tokens_left)
         if key not in budget:
             accepting = self.is_accepting(state)
             fits = reach <= tokens_left - 2
-            if not fits.any() and not accepting:
-                fits = reach == reach.min()                          # cannot fit: head for the nearest end
+            if not fits.any() and not accepting:                     # cannot fit: head for the nearest end
+                fits = np.isfinite(reach) & (reach == reach.min())
             mask = torch.from_numpy(fits).to(base.device)
             if self.eos_token_id is not None:
                 mask[self.eos_token_id] = accepting

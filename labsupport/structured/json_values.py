@@ -30,12 +30,15 @@ MAX_INT_BOUND = 10 ** 15
 MAX_MULTIPLE = 10_000
 
 
-def bad(path: str, keyword: str, why: str) -> ValueError:
-    return ValueError(f"JSON Schema keyword {keyword!r} at {path or '/'}: {why}")
+def bad(path: str, keyword: str, why: str, error: type[Exception] = ValueError) -> Exception:
+    return error(f"JSON Schema keyword {keyword!r} at {path or '/'}: {why}")
 
 
 def length_bound(path: str, keyword: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BOUND:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(path, keyword, f"must be an integer in [0, {MAX_BOUND}], got {value!r} ({type(value).__name__})",
+                  TypeError)
+    if not 0 <= value <= MAX_BOUND:
         raise bad(path, keyword, f"must be an integer in [0, {MAX_BOUND}], got {value!r}")
     return value
 
@@ -57,6 +60,8 @@ def _digits(a: int, b: int, n: int):
     """Exactly ``n`` digits (leading zeros allowed) spelling a number in ``[a, b]``."""
     if n == 0:
         return EMPTY
+    if a == 0 and b == 10 ** n - 1:                  # every n-digit string: no need to split (and split
+        return Repeat(chars("0-9"), n, n)            # again on both sides, 2^n calls)
     p = 10 ** (n - 1)
     da, db = a // p, b // p
     if da == db:
@@ -83,7 +88,8 @@ def _non_negative(lo: int, hi: int | None):
 
 def integer_range(lo: int | None, hi: int | None):
     """The integers ``lo..hi`` as a tree (either bound may be ``None``: unbounded on that side),
-    e.g. ``[0, 255]`` → ``[0-9] | [1-9][0-9] | 1[0-9][0-9] | 2[0-4][0-9] | 25[0-5]``."""
+    e.g. ``[0, 255]`` → ``[0-9] | [1-9][0-9] | 1[0-9][0-9] | 2[0-4][0-9] | 25[0-5]``. Canonical
+    numerals only: ``-0`` (valid JSON for zero, never written by ``json.dumps``) is not allowed."""
     if lo is None and hi is None:
         return INTEGER
     options = []
@@ -122,7 +128,8 @@ def integer_tree(schema: dict, path: str):
     lo = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
     hi = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
     if lo is not None and hi is not None and hi < lo:
-        raise bad(path, "maximum", f"leaves no integer: the bounds give [{lo}, {hi}]")
+        raise bad(path, high[2], f"leaves no integer: with {low[2]} {low[0]!r} and {high[2]} {high[0]!r} "
+                                 f"the integers would be [{lo}, {hi}]")
     tree = integer_range(lo, hi)
     if "multipleOf" in schema:
         k = schema["multipleOf"]
@@ -139,17 +146,19 @@ def integer_tree(schema: dict, path: str):
 
 
 def _bounds(schema: dict, path: str) -> tuple[tuple, tuple]:
-    """``((low, strict), (high, strict))`` of the four bound keywords (``None`` where absent), the
-    tightest of each side."""
+    """``((low, strict, keyword), (high, strict, keyword))`` of the four bound keywords (``None`` where
+    absent), the tightest of each side."""
     low = high = None
     for kw, up, strict in (("minimum", False, False), ("exclusiveMinimum", False, True),
                            ("maximum", True, False), ("exclusiveMaximum", True, True)):
         if kw not in schema:
             continue
         v = schema[kw]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) >= MAX_INT_BOUND:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r} ({type(v).__name__})", TypeError)
+        if not math.isfinite(v) or abs(v) >= MAX_INT_BOUND:
             raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r}")
-        side = (v, strict)
+        side = (v, strict, kw)
         if up:
             high = side if high is None or v < high[0] or (v == high[0] and strict) else high
         else:
@@ -224,7 +233,7 @@ def decimal_range(lo: Decimal, hi: Decimal | None, positive: bool = False):
 def _inclusive(side, up: bool) -> Decimal:
     """A bound as an inclusive exact decimal. Validators compare parsed floats, so a strict bound
     ``b`` becomes the next float beyond it: a text between the two would parse to ``b`` itself."""
-    v, strict = side
+    v, strict, _ = side
     if strict:
         v = math.nextafter(float(v), -math.inf if up else math.inf)
     return Decimal(v) if isinstance(v, int) else Decimal(repr(float(v)))
@@ -246,7 +255,7 @@ def number_tree(schema: dict, path: str):
     lo = None if low is None else _inclusive(low, up=False)
     hi = None if high is None else _inclusive(high, up=True)
     if lo is not None and hi is not None and hi < lo:
-        raise bad(path, "maximum", "leaves no number: the bounds are empty")
+        raise bad(path, high[2], f"leaves no number: {low[2]} is {low[0]!r} and {high[2]} is {high[0]!r}")
     options = []
     if hi is None or hi >= 0:                                  # value >= 0: "I" or "I.F"
         options.append(decimal_range(max(lo, Decimal(0)) if lo is not None else Decimal(0), hi))

@@ -11,7 +11,10 @@ top frame reads the text:
 * an accepting top frame may **return**: it is popped and its caller goes on.
 
 Several stacks at once keep the grammar's ambiguities exact (a set of stacks, like Earley's
-items, bounded by :data:`MAX_STACK` frames; left recursion is refused).
+items; left recursion is refused, and more than :data:`MAX_STACKS` parses of one text at once
+is refused as too ambiguous). A stack holds at most :data:`MAX_STACK` frames, and a stack that
+could no longer finish within them is dropped as soon as it appears — so no state is a dead end:
+whatever has been generated can still be completed.
 
 **Token masks** (the idea behind XGrammar's adaptive token mask cache, Dong et al., 2024): most
 tokens are decided by the top frame alone — a token whose bytes the top rule's DFA reads without
@@ -23,9 +26,10 @@ stack-set's mask is cached too, so a state seen again costs a dictionary look-up
 **The budget** (``fit_max_tokens``): the fewest bytes that complete a stack is the sum, over its
 frames, of each frame's distance to its rule's end, where reading a byte costs 1 and calling a
 rule costs that rule's shortest complete text (:meth:`PushdownOutput.rule_lengths`, a fixpoint:
-a rule's length depends on the rules it calls). Every byte is a token of a byte-level BPE
-vocabulary, so this is a number of one-byte tokens: an upper bound on the tokens a completion
-needs, and exact for the completions made of one-byte tokens — enough for the guarantee
+a rule's length depends on the rules it calls; computed per number of frames left, so that a
+frame near :data:`MAX_STACK` counts only the completions that fit below the limit). Every
+byte is a token of a byte-level BPE vocabulary, so this is a number of one-byte tokens: an upper
+bound on the tokens a completion needs, and exact for the completions made of one-byte tokens — enough for the guarantee
 "complete whenever ``max_tokens`` is at least the distance".
 
 Interface: the same as :class:`~.grammar.StructuredOutput` (integer states, ``allowed_token_mask``,
@@ -47,6 +51,7 @@ from .ebnf import SYMBOL_BYTES, lower
 from .token_index import TokenIndex
 
 MAX_STACK = 64          # frames: deeper nesting than this is refused (the output stays valid: it must close)
+MAX_STACKS = 1024       # stacks in one state: more parses of one text than this is refused as too ambiguous
 TEXT_BYTES = SYMBOL_BYTES[0]          # bytes below this are text; the rest are rule symbols
 
 
@@ -113,7 +118,10 @@ class PushdownOutput(TokenConstraint):
         self.device = torch.device(device)
         self.key = key
         self.fit_max_tokens = fit_max_tokens
-        self._distance: list[np.ndarray] | None = None
+        self._levels: list[list[np.ndarray]] = self._depth_levels(tokens)
+        if not np.isfinite(self._levels[-1][0][0]):
+            raise ValueError("the grammar matches no string at all (every derivation of the root rule "
+                             f"recurses forever or nests deeper than MAX_STACK={MAX_STACK} frames)")
         self._by_first: dict[int, np.ndarray] = {}
         firsts = np.array([t[0] if t else -1 for t in tokens])
         for b in range(256):
@@ -121,6 +129,7 @@ class PushdownOutput(TokenConstraint):
         self._states: list[frozenset] = []
         self._ids: dict[frozenset, int] = {}
         self._masks: dict[int, torch.Tensor] = {}
+        self._reach: dict[int, np.ndarray] = {}
         self._next_ids: dict[tuple[int, int], int] = {}
         self.initial = self._intern(frozenset({((0, 0),)}))
         self.compile_seconds = time.perf_counter() - start
@@ -136,6 +145,10 @@ class PushdownOutput(TokenConstraint):
             if stack in out:
                 continue
             out.add(stack)
+            if len(out) > MAX_STACKS:
+                raise ValueError(f"the grammar is too ambiguous to match: more than MAX_STACKS={MAX_STACKS} "
+                                 "stacks at once (the text so far has that many parses); rewrite the rules "
+                                 "so that one text has one parse")
             r, q = stack[-1]
             dfa = self.dfas[r]
             if len(stack) < MAX_STACK:
@@ -148,7 +161,8 @@ class PushdownOutput(TokenConstraint):
         return out
 
     def step(self, stacks, byte: int) -> frozenset:
-        """The stacks after reading one text ``byte`` (empty: the byte is not allowed)."""
+        """The stacks after reading one text ``byte`` (empty: the byte is not allowed). A stack that
+        can no longer be completed within :data:`MAX_STACK` frames is dropped: no state is a dead end."""
         if byte >= TEXT_BYTES:
             return frozenset()
         out = set()
@@ -156,7 +170,9 @@ class PushdownOutput(TokenConstraint):
             r, q = stack[-1]
             t = int(self.dfas[r].transitions[q, byte])
             if t >= 0:
-                out.add(stack[:-1] + ((r, t),))
+                after = stack[:-1] + ((r, t),)
+                if np.isfinite(self._stack_distance(after)):
+                    out.add(after)
         return frozenset(out)
 
     def _accepts(self, stacks) -> bool:
@@ -196,26 +212,12 @@ class PushdownOutput(TokenConstraint):
 
     def _grammar_mask(self, state: int) -> torch.Tensor:
         """``(vocab,)`` bool: the tokens after which the text can still be completed; EOS when complete."""
-        if state in self._masks:
-            return self._masks[state]
-        stacks = self._states[state]
-        mask = np.zeros(self.vocab_size, dtype=bool)
-        expanded = self.expand(stacks)
-        firsts = set()
-        for stack in expanded:                        # decided by the top frame alone (cached per frame)
-            r, q = stack[-1]
-            mask |= self._local[r].next_rows(q) >= 0
-            row = self.dfas[r].transitions[q, :TEXT_BYTES]
-            firsts.update(np.nonzero(row >= 0)[0].tolist())
-        for b in firsts:                              # the rest: walked through the stacks
-            for t in self._by_first[b]:
-                if not mask[t] and self._walk(stacks, self.tokens[t]):
-                    mask[t] = True
-        if self.eos_token_id is not None:
-            mask[self.eos_token_id] = self._accepts(stacks)
-        out = torch.from_numpy(mask).to(self.device)
-        self._masks[state] = out
-        return out
+        if state not in self._masks:
+            mask = np.isfinite(self._token_reach(state))
+            if self.eos_token_id is not None:
+                mask[self.eos_token_id] = self._accepts(self._states[state])
+            self._masks[state] = torch.from_numpy(mask).to(self.device)
+        return self._masks[state]
 
     def is_accepting(self, state: int) -> bool:
         return self._accepts(self._states[self._check_state(state)])
@@ -236,42 +238,58 @@ class PushdownOutput(TokenConstraint):
     # ------------------------------------------------------------------ the budget (fit_max_tokens)
     def rule_lengths(self) -> list[float]:
         """The shortest complete text of each rule, in one-byte tokens (``inf``: none)."""
-        return [float(d[0]) for d in self._distances()]
+        return [float(d[0]) for d in self._levels[-1]]
 
-    def _distances(self) -> list[np.ndarray]:
-        """Per rule, ``(num DFA states,)``: the fewest one-byte tokens from each state to the rule's
-        end, a call of rule ``s`` costing ``rule_lengths[s]`` — a fixpoint over the rules."""
-        if self._distance is None:
-            one_byte = np.zeros(TEXT_BYTES, dtype=bool)
-            for t in self.tokens:
-                if t is not None and len(t) == 1 and t[0] < TEXT_BYTES:
-                    one_byte[t[0]] = True
-            text_cols = np.nonzero(one_byte)[0]
-            dist = [np.where(d.accepting, 0.0, np.inf) for d in self.dfas]
-            changed = True
-            while changed:                      # lengths only fall, and each is a sum of finitely many steps
-                changed = False
-                length = [float(d[0]) for d in dist]
-                for r, dfa in enumerate(self.dfas):
-                    d = dist[r]
-                    while True:                 # Bellman-Ford inside one rule's DFA, vectorised over states
-                        nxt = dfa.transitions[:, text_cols]
-                        best = np.where(nxt >= 0, d[np.maximum(nxt, 0)], np.inf).min(axis=1, initial=np.inf) + 1
-                        for byte, callee in self.code.items():
-                            col = dfa.transitions[:, byte]
-                            best = np.minimum(best, np.where(col >= 0, d[np.maximum(col, 0)], np.inf) + length[callee])
-                        new = np.minimum(d, best)
-                        if np.array_equal(new, d):
-                            break
-                        d = new
-                        changed = True
-                    dist[r] = d
-            self._distance = dist
-        return self._distance
+    def _depth_levels(self, tokens) -> list[list[np.ndarray]]:
+        """The fewest one-byte tokens from each DFA state to its rule's end, **by the frames left**.
+
+        ``levels[k - 1][r][q]``: from state ``q`` of rule ``r`` when this frame and those it pushes
+        may use ``k`` frames. With one frame no call is possible; with ``k`` a call of rule ``s``
+        costs ``levels[k - 2][s][0]`` (its shortest text within the ``k - 1`` frames left). Once the
+        rules' lengths stop changing from one ``k`` to the next, every deeper level is the same, so
+        the list stops there (its last entry holds for every ``k`` beyond it, up to ``MAX_STACK``).
+        A frame at depth ``j`` (0 at the bottom) has ``MAX_STACK - j`` frames; a stack whose frames
+        cannot all finish within theirs is a dead end, which :meth:`step` drops.
+        """
+        one_byte = np.zeros(TEXT_BYTES, dtype=bool)
+        for t in tokens:
+            if t is not None and len(t) == 1 and t[0] < TEXT_BYTES:
+                one_byte[t[0]] = True
+        text_cols = np.nonzero(one_byte)[0]
+        levels: list[list[np.ndarray]] = []
+        length = [np.inf] * len(self.dfas)           # one frame: a call cannot be made
+        dist = [np.where(d.accepting, 0.0, np.inf) for d in self.dfas]
+        for _ in range(MAX_STACK):
+            new_level = []
+            for r, dfa in enumerate(self.dfas):
+                d = dist[r]                           # the level below is an upper bound: relax from it
+                while True:                           # Bellman-Ford in one rule's DFA, vectorised over states
+                    nxt = dfa.transitions[:, text_cols]
+                    best = np.where(nxt >= 0, d[np.maximum(nxt, 0)], np.inf).min(axis=1, initial=np.inf) + 1
+                    for byte, callee in self.code.items():
+                        col = dfa.transitions[:, byte]
+                        best = np.minimum(best, np.where(col >= 0, d[np.maximum(col, 0)], np.inf) + length[callee])
+                    new = np.minimum(d, best)
+                    if np.array_equal(new, d):
+                        break
+                    d = new
+                new_level.append(d)
+            levels.append(new_level)
+            new_length = [float(d[0]) for d in new_level]
+            if new_length == length:
+                break
+            length, dist = new_length, new_level
+        return levels
+
+    def _frame_distances(self, depth: int) -> list[np.ndarray]:
+        """Per rule, the distances of a frame at ``depth`` (0: the bottom of the stack)."""
+        return self._levels[min(MAX_STACK - depth, len(self._levels)) - 1]
+
+    def _stack_distance(self, stack) -> float:
+        return sum(float(self._frame_distances(j)[r][q]) for j, (r, q) in enumerate(stack))
 
     def _stacks_distance(self, stacks) -> float:
-        dist = self._distances()
-        return min((sum(float(dist[r][q]) for r, q in stack) for stack in stacks), default=np.inf)
+        return min((self._stack_distance(s) for s in stacks), default=np.inf)
 
     def tokens_to_finish(self, state: int) -> float:
         """The fewest one-byte tokens from ``state`` to a complete output (EOS not counted): an upper
@@ -279,18 +297,32 @@ class PushdownOutput(TokenConstraint):
         return self._stacks_distance(self._states[self._check_state(state)])
 
     def _token_reach(self, state: int) -> np.ndarray:
-        """``(vocab,)``: the distance after each allowed token (``inf`` for the rest). Tokens the top
-        frame reads alone are vectorised (the frames below do not change); the others are walked."""
-        dist = self._distances()
+        """``(vocab,)``: for each token, an upper bound on the distance after it — exact for tokens
+        walked through the stacks, the best over the stacks whose top frame reads it alone for the
+        others — and ``inf`` for the tokens after which the text cannot be completed. The tokens
+        the top frame reads alone are one vectorised look-up per stack (the frames below do not
+        change); only those whose first byte some top frame can read are walked."""
+        if state in self._reach:
+            return self._reach[state]
         stacks = self._states[state]
         reach = np.full(self.vocab_size, np.inf)
+        firsts = set()
         for stack in self.expand(stacks):
+            depth = len(stack) - 1
             r, q = stack[-1]
-            below = sum(float(dist[rr][qq]) for rr, qq in stack[:-1])
+            below = sum(float(self._frame_distances(j)[rr][qq]) for j, (rr, qq) in enumerate(stack[:-1]))
+            if not np.isfinite(below):
+                continue                              # a call whose return point cannot finish in depth
             after = self._local[r].next_rows(q)
-            reach = np.minimum(reach, np.where(after >= 0, below + dist[r][np.maximum(after, 0)], np.inf))
-        mask = self._grammar_mask(state).cpu().numpy()
-        for t in np.nonzero(mask & ~np.isfinite(reach))[0]:
-            if t != self.eos_token_id:
-                reach[t] = self._stacks_distance(self._walk(stacks, self.tokens[t]))
+            top = self._frame_distances(depth)[r]
+            reach = np.minimum(reach, np.where(after >= 0, below + top[np.maximum(after, 0)], np.inf))
+            row = self.dfas[r].transitions[q, :TEXT_BYTES]
+            firsts.update(np.nonzero(row >= 0)[0].tolist())
+        for b in firsts:                              # the rest: walked through the stacks
+            for t in self._by_first[b]:
+                if not np.isfinite(reach[t]):
+                    reach[t] = self._stacks_distance(self._walk(stacks, self.tokens[t]))
+        if self.eos_token_id is not None:
+            reach[self.eos_token_id] = np.inf         # EOS is the constraint's to allow
+        self._reach[state] = reach
         return reach

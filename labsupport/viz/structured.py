@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..i18n import tr
+from ..validation import check_int
 from .sampling import unique_labels
 from .style import FONT_SIZE, LEGEND_TOP, style
 
@@ -198,24 +199,29 @@ def allowed_count_figure(tokens: Sequence[str], counts: Sequence[int], vocab_siz
 def stack_figure(tokens: Sequence[str], depths: Sequence[int], brackets: Sequence[int], *,
                  title: str | None = None) -> go.Figure:
     """The pushdown matcher's stack depth (frames) after each token, beside the text's bracket
-    depth; default title "The stack follows the nesting".
+    depth; the tokens label the x axis. Default title "The stack follows the nesting".
 
     Raises:
-        ValueError: the three sequences differ in length.
+        TypeError: a depth or bracket count is not an integer.
+        ValueError: the three sequences differ in length, or a count is negative.
     """
     if not len(tokens) == len(depths) == len(brackets):
-        raise ValueError("tokens, depths and brackets must have the same length")
+        raise ValueError(f"tokens, depths and brackets must have the same length, got {len(tokens)}, "
+                         f"{len(depths)} and {len(brackets)}")
+    depths = [check_int(f"depths[{i}]", d, 0) for i, d in enumerate(depths)]
+    brackets = [check_int(f"brackets[{i}]", d, 0) for i, d in enumerate(brackets)]
     title = tr("The stack follows the nesting") if title is None else title
     x = list(range(len(tokens)))
-    fig = go.Figure(go.Bar(x=x, y=list(depths), text=list(tokens), textposition="outside",
-                           name=tr("stack frames after the token"), marker_color=ALLOWED_COLOR))
-    fig.add_trace(go.Scatter(x=x, y=list(brackets), mode="lines+markers", line={"shape": "hv", "color": ACCEPT_COLOR},
+    labels = [repr(str(t))[1:-1] for t in tokens]
+    fig = go.Figure(go.Bar(x=x, y=depths, name=tr("stack frames after the token"), marker_color=ALLOWED_COLOR,
+                           customdata=labels, hovertemplate="%{customdata}: %{y}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=x, y=brackets, mode="lines+markers", line={"shape": "hv", "color": ACCEPT_COLOR},
                              name=tr("open brackets in the text"), yaxis="y2"))
-    top = max([*depths, 1])
-    fig.update_layout(xaxis={"title": tr("token (written above its bar)")},
-                      yaxis={"title": tr("stack frames"), "range": [0, top * 1.25]},
+    fig.update_layout(xaxis={"title": tr("token"), "tickmode": "array", "tickvals": x, "ticktext": labels,
+                             "tickangle": 0},
+                      yaxis={"title": tr("stack frames"), "range": [0, max([*depths, 1]) * 1.15]},
                       yaxis2={"title": tr("open brackets"), "overlaying": "y", "side": "right",
-                              "range": [0, max([*brackets, 1]) * 1.25], "showgrid": False})
+                              "range": [0, max([*brackets, 1]) * 1.15], "showgrid": False})
     return _style(fig, title, 380)
 
 
@@ -236,11 +242,11 @@ def cost_figure(names: Sequence[str], ours_us: Sequence[float], peer_us: Sequenc
     fig.add_hline(y=decode_us, line_dash="dash", line_color=REFUSED_COLOR)
     # the label as its own annotation: on a log axis an annotation's y is the exponent (log10), which
     # add_hline's own label does not do, so it would float off the chart
-    fig.add_annotation(x=0, xref="paper", xanchor="left", y=math.log10(decode_us), yref="y", yanchor="top",
-                       text=tr("one model decode step: {us:,.0f} µs", us=decode_us), showarrow=False,
+    fig.add_annotation(x=0, xref="paper", xanchor="left", y=math.log10(decode_us), yref="y", yanchor="bottom",
+                       yshift=2, bgcolor="rgba(255,255,255,0.8)", text=tr("one model decode step: {us:,.0f} µs", us=decode_us), showarrow=False,
                        font={"color": REFUSED_COLOR})
     values = [v for v in list(ours_us) + list(peer_us or []) + [decode_us] if v > 0]
     low, high = min(values), max(values)                   # every bar visible above the axis floor
-    fig.update_layout(barmode="group", yaxis={"title": tr("µs per step (log)"), "type": "log",
-                                              "range": [math.log10(low) - 0.6, math.log10(high) + 0.3]})
+    fig.update_layout(barmode="group", yaxis={"title": tr("µs per step (log)"), "type": "log", "dtick": 1,
+                                              "range": [math.log10(low) - 0.6, math.log10(high) + 0.5]})
     return _style(fig, title, 380)

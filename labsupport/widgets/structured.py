@@ -91,7 +91,8 @@ def _stack_text(grammar, state: int) -> str:
     stacks = grammar.stacks(state)
     first = " › ".join(stacks[0]) if stacks else "—"
     more = tr(" (+{n} more stacks)", n=len(stacks) - 1) if len(stacks) > 1 else ""
-    depth = tr(" — {n} frames", n=len(stacks[0]) if stacks else 0)
+    n = len(stacks[0]) if stacks else 0
+    depth = tr(" — 1 frame") if n == 1 else tr(" — {n} frames", n=n)
     return f"<span style='font-size:14px;font-weight:400'>{html.escape(first + more + depth)}</span>"
 
 

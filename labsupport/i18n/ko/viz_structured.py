@@ -22,7 +22,7 @@ MESSAGES = {
     "The stack follows the nesting": "스택은 중첩을 따라갑니다",
     "stack frames after the token": "토큰 뒤의 스택 프레임",
     "open brackets in the text": "텍스트에서 열린 괄호",
-    "token (written above its bar)": "토큰 (막대 위에 적힘)",
+    "token": "토큰",
     "stack frames": "스택 프레임",
     "open brackets": "열린 괄호",
 }

@@ -46,6 +46,7 @@ MESSAGES = {
     "nothing was added": "아무것도 추가하지 않았습니다",
     "<b>candidates</b> (press to force):": "<b>후보</b> (눌러서 강제):",
     " — {n} frames": " — 프레임 {n}개",
+    " — 1 frame": " — 프레임 1개",
     " (+{n} more stacks)": " (스택 {n}개 더)",
     "stack (bottom › top)": "스택 (아래 › 위)",
 }
