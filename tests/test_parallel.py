@@ -214,7 +214,9 @@ def test_an_error_in_a_worker_and_an_overrun_stop_the_group(weights, reference):
         assert g.closed
     with WorkerGroup(1, backend="gloo", timeout_s=30) as g:
         with pytest.raises(WorkerError, match="did not answer"):
-            g.run("labsupport.parallel.tensor:tp_generate", timeout_s=0.2, weights=weights, prompt_ids=ids,
+            # 1 ms: less than receiving the weights alone takes (0.2 s was not always an overrun:
+            # a fast machine generates the 200 tokens within it)
+            g.run("labsupport.parallel.tensor:tp_generate", timeout_s=0.001, weights=weights, prompt_ids=ids,
                   max_new_tokens=200)
         assert g.closed
         pids = g.pids
