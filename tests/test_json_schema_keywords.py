@@ -236,7 +236,20 @@ def test_number_bounds_are_judged_on_the_parsed_float(schema, text, valid, ours)
     ({"type": "integer", "maximum": float("inf")}, ValueError, r"'maximum' at /: must be a number .* got inf"),
     ({"type": "string", "maxLength": "9"}, TypeError, r"'maxLength' at /: must be an integer in \[0, 1000\]"),
     ({"type": "string", "maxLength": 1001}, ValueError, r"'maxLength' at /: must be an integer in \[0, 1000\]"),
+    ({"type": "integer", "multipleOf": "2"}, TypeError, r"'multipleOf' at /: must be an integer .* \(str\)"),
+    ({"type": "number", "multipleOf": True}, TypeError, r"'multipleOf' at /: must be a number, got True"),
+    ({"type": "number", "multipleOf": 10 ** 400}, ValueError, r"'multipleOf' at /: must be an integer in \[1, 10000\]"),
+    # the product is too large: said so, not relabelled as "no multiple within the bounds"
+    ({"type": "integer", "multipleOf": 9999, "minimum": 0, "maximum": 10 ** 12}, ValueError,
+     r"'multipleOf' at /: grammar too large"),
 ])
 def test_bad_bounds_name_the_keyword_and_the_error_kind(schema, error, message):
     with pytest.raises(error, match=message):
         schema_to_tree(schema)
+
+
+def test_numpy_numbers_are_numbers_in_bounds():
+    import numpy as np
+    dfa = compile_tree(schema_to_tree({"type": "integer", "minimum": np.int64(3), "maximum": np.float32(5.0),
+                                       "multipleOf": np.int64(2)}))
+    assert [i for i in range(10) if dfa.matches(str(i))] == [4]

@@ -103,6 +103,7 @@ def test_the_json_language_agrees_with_json_loads():
     ("root ::= item", "refers to 'item', which is not defined"),
     ("root ::= root \"a\" | \"b\"", "left-recursive"),
     ("root ::= a\na ::= b? a \"x\" | \"y\"\nb ::= \"z\"", "left-recursive"),
+    ("root ::= a\na ::= c a \"y\" | \"x\"\nc ::= d\nd ::= \"(\" c \")\" | \"\"", "left-recursive"),  # c empty via d
     ("root ::= \"\\q\"", "unknown escape"),
     ("root ::= \"a\"{5,2}", "repetition"),
     ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),
@@ -117,8 +118,11 @@ def test_bad_grammars_are_refused_naming_the_problem(grammar, error):
 def test_grammar_spec_types_and_options_are_checked():
     with pytest.raises(TypeError, match="structured_output\\['grammar'\\] must be"):
         normalize_spec({"grammar": 3})
-    with pytest.raises(TypeError, match="fit_max_tokens"):
-        normalize_spec({"grammar": ARITH, "fit_max_tokens": "yes"})
+    for value in ("yes", 0, None, "", []):                  # falsy values are not a quiet "off"
+        with pytest.raises(TypeError, match="fit_max_tokens"):
+            normalize_spec({"grammar": ARITH, "fit_max_tokens": value})
+    with pytest.raises(ValueError, match="matches no string"):   # a surrogate has no UTF-8: no text has it
+        normalize_spec({"grammar": 'root ::= "\\uD800"'})
 
 
 def test_masks_equal_the_brute_force_walk_of_every_token():
@@ -417,6 +421,8 @@ def test_the_bench_checks_arithmetic_with_pythons_parser():
         assert not arithmetic_ok(bad), bad
     assert is_valid("2*(3)", {"grammar": ARITHMETIC})
     assert not arithmetic_ok("(" * 5000 + "1" + ")" * 5000)   # deeper than Python's parser goes: not a crash
+    assert not any(arithmetic_ok(t) for t in ("00", "0+00", "(007)"))   # Python reads "00"; the grammar does not
+    assert arithmetic_ok("1" * 5000 + "+0")                   # more digits than Python's int() limit
     with pytest.raises(ValueError, match="no independent check"):
         is_valid("a", {"grammar": 'root ::= "a"'})
     # JSON as RFC 8259 has it, not Python's json: no NaN/Infinity, no key twice
@@ -449,3 +455,41 @@ def test_the_bench_measures_grammar_steps_and_agrees_with_xgrammar_on_the_pushdo
     equal, compared = bench.mask_agreement(tiny_lm, {"json": bench.PERSON},
                                            [tiny_lm.encode('{"name":"Al","age":3,"student":true}')])
     assert equal < compared            # any order, each key once (ours) vs XGrammar's repeatable any_order
+
+
+class _FailsAfter:
+    """A real compiled grammar whose mask raises once ``done`` tokens of ``max_tokens`` are made, as a
+    too-ambiguous pushdown grammar does mid-output (``tokens_left`` tells how far the output is)."""
+
+    def __init__(self, grammar, max_tokens: int, done: int):
+        self.grammar, self.limit = grammar, max_tokens - done
+
+    def __getattr__(self, name):
+        return getattr(self.grammar, name)
+
+    def allowed_token_mask(self, state, tokens_left=None):
+        if tokens_left is not None and tokens_left <= self.limit:
+            raise ValueError("the grammar is too ambiguous to match (a test double)")
+        return self.grammar.allowed_token_mask(state, tokens_left)
+
+
+@pytest.mark.parametrize("kind", ["engine", "speculative"])
+def test_a_grammar_that_fails_mid_output_ends_its_own_request_only(tiny_lm, kind):
+    """An error in one request's grammar ends that request with finish_reason "error" and the
+    message; the others finish, no block is left held, and the engine takes new requests."""
+    from labsupport.speculative import NgramProposer, SpeculativeEngine
+    spec = {"grammar": ARITH}
+    params = SamplingParams(temperature=0.0, max_tokens=12, structured_output=spec)
+    eng = LLMEngine(tiny_lm, block_size=4, num_blocks=64) if kind == "engine" else \
+        SpeculativeEngine(tiny_lm, NgramProposer(3), block_size=4, num_blocks=64)
+    free = eng.block_manager.num_free_blocks
+    bad = eng.add_request("x = (", params)
+    good = eng.add_request("y = (", params)
+    eng.requests[bad].grammar = _FailsAfter(eng.requests[bad].grammar, 12, done=3)
+    outs = {o.request_id: o for o in eng.run()}
+    assert outs[bad].finish_reason == "error" and "too ambiguous" in outs[bad].error
+    assert "structured output" in outs[bad].error and len(outs[bad].token_ids) == 3
+    assert outs[good].finish_reason in ("stop", "length") and len(outs[good].token_ids) >= 3
+    assert not eng.has_unfinished_requests() and eng.block_manager.num_free_blocks == free
+    again = eng.generate(["z = ("], params)
+    assert again[0].finish_reason in ("stop", "length")

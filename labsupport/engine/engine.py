@@ -354,8 +354,8 @@ class LLMEngine:
         self.scheduler.on_step_done(out)
         now = self.config.clock()
         rows = self._rows_to_sample(out, now)                                  # 4. sample
-        masks = [r.grammar.allowed_token_mask(r.grammar_state(), r.seq.max_new_tokens - len(r.seq.output_ids))
-                 if r.grammar is not None else None for _, r in rows]  # structured output: per-request masks
+        rows, masks, failed = self._grammar_masks(rows, now)                   # structured output: per-request masks
+        reported += failed
         tokens = sample_rows(logits, [SampleRow(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
                                                 r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
@@ -366,6 +366,31 @@ class LLMEngine:
         if self.config.record_history:
             self.history.append(self.snapshot())
         return [self.output(rid) for rid in reported + [r.seq.seq_id for _, r in rows]]
+
+    def _grammar_masks(self, rows: list[tuple[int, Request]], now: float):
+        """Each row's allowed-token mask (``None`` without a grammar). A grammar that cannot go on
+        (e.g. a pushdown grammar with too many parses at once) ends its own request with
+        ``finish_reason="error"`` and the message; the other requests go on."""
+        kept, masks, failed = [], [], []
+        for row in rows:
+            req = row[1]
+            if req.grammar is None:
+                kept.append(row)
+                masks.append(None)
+                continue
+            try:
+                masks.append(req.grammar.allowed_token_mask(req.grammar_state(),
+                                                            req.seq.max_new_tokens - len(req.seq.output_ids)))
+                kept.append(row)
+            except ValueError as err:
+                self.fail_running(req, f"structured output: {err}", now)
+                failed.append(req.seq.seq_id)
+        return kept, masks, failed
+
+    def fail_running(self, req: Request, why: str, now: float) -> None:
+        """End a started request with ``finish_reason="error"`` and ``why``; its blocks are freed."""
+        self._finish_request(req, "error", now)
+        req.seq.error = why
 
     def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, Request]]:
         """``(logits row, request)`` for every sequence whose prompt is complete; a request with

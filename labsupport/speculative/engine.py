@@ -141,10 +141,24 @@ class SpeculativeEngine(LLMEngine):
         reported, self._reported = self._reported, []
         self._admit(self.config.clock())
         running = [self.spec[s.seq_id] for s in self.scheduler.running]
+        running = [s for s in running if self._grammar_can_go_on(s, reported)]
         finished = self._round(running) if running else []
         self.step_count += 1
         self._last_finished = finished + reported
         return [self.output(rid) for rid in reported + [s.request_id for s in running]]
+
+    def _grammar_can_go_on(self, s: SpecSequence, reported: list[str]) -> bool:
+        """False (and the request ended with ``"error"``, as in :class:`LLMEngine`) when its grammar
+        cannot give a mask at the current state."""
+        if s.grammar is None:
+            return True
+        try:
+            s.grammar.allowed_token_mask(s.grammar_state(), s.max_tokens - len(s.output_ids))
+            return True
+        except ValueError as err:
+            self.fail_running(self.requests[s.request_id], f"structured output: {err}", self.config.clock())
+            reported.append(s.request_id)
+            return False
 
     def _admit(self, now: float) -> list[str]:
         """Move waiting requests to running while their whole reservation fits; prefill them.

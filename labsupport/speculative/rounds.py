@@ -144,7 +144,8 @@ def clip_draft(draft: Draft, room: int, root: int, max_tokens: int | None = None
 def _grammar_masks(s: SpecSequence, paths: list[list[int]], vocab: int) -> torch.Tensor | None:
     """``(rows, V)`` grammar masks: row i allows what may follow the output + ``paths[i]``. A path
     that leaves the grammar keeps its parent's mask (that row is never reached: the token that
-    left was masked out one row earlier)."""
+    left was masked out one row earlier). A draft token after which the grammar cannot give a mask
+    (it raises, e.g. too ambiguous) is masked out in its parent's row the same way."""
     if s.grammar is None:
         return None
     g, base = s.grammar, s.grammar_state()
@@ -158,11 +159,33 @@ def _grammar_masks(s: SpecSequence, paths: list[list[int]], vocab: int) -> torch
                     states[key[:j + 1]] = None if prev is None else g.advance(prev, key[j])
                 except ValueError:
                     states[key[:j + 1]] = None
-        state = states[key]
-        while state is None:                                # left the grammar: reuse the last valid mask
+    masks, banned = {}, {}
+
+    def mask_at(key):                                       # the mask after the output + key, or None
+        if key not in masks:
+            try:
+                masks[key] = None if states[key] is None else \
+                    g.allowed_token_mask(states[key], s.max_tokens - len(s.output_ids) - len(key))
+            except ValueError:                              # a draft state the grammar cannot go on from:
+                if not key:                                 # its last token counts as refused one row up
+                    raise
+                masks[key] = None
+                banned.setdefault(key[:-1], []).append(key[-1])
+        return masks[key]
+
+    for path in paths:                                      # every mask first, so that every ban is known
+        key = tuple(path)
+        while mask_at(key) is None:
             key = key[:-1]
-            state = states[key]
-        rows.append(g.allowed_token_mask(state, s.max_tokens - len(s.output_ids) - len(key)))
+    for path in paths:
+        key = tuple(path)
+        while mask_at(key) is None:                         # left the grammar: reuse the last valid mask
+            key = key[:-1]
+        row = masks[key]
+        if key in banned:
+            row = row.clone()
+            row[banned[key]] = False
+        rows.append(row)
     return torch.stack(rows).reshape(len(paths), vocab)
 
 

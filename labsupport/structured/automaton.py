@@ -45,10 +45,12 @@ def utf8_ranges(lo: int, hi: int) -> list[list[tuple[int, int]]]:
     """Split code points ``[lo, hi]`` into sequences of byte ranges, one per UTF-8 shape.
 
     Each returned sequence ``[(b1_lo, b1_hi), (b2_lo, b2_hi), ...]`` matches exactly the UTF-8
-    encodings of a sub-range. Example: ``utf8_ranges(0x41, 0xE9)`` → ``[[(0x41, 0x7F)],
+    encodings of a sub-range (surrogates are left out). Example: ``utf8_ranges(0x41, 0xE9)`` → ``[[(0x41, 0x7F)],
     [(0xC2, 0xC2), (0x80, 0xBF)], [(0xC3, 0xC3), (0x80, 0xA9)]]``.
     """
-    out, stack = [], [(lo, hi)]
+    # surrogates (U+D800–U+DFFF) have no UTF-8 encoding: no text contains them, so they match nothing
+    stack = [(a, b) for a, b in ((lo, min(hi, 0xD7FF)), (max(lo, 0xE000), hi)) if a <= b]
+    out = []
     while stack:
         lo, hi = stack.pop()
         split = next((b for b in (0x7F, 0x7FF, 0xFFFF) if lo <= b < hi), None)

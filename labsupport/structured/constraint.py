@@ -30,6 +30,12 @@ class TokenConstraint:
         ``fit_max_tokens`` and ``tokens_left`` (tokens the request may still make, this one
         included) only tokens after which a completion and its EOS fit stay allowed; when none
         does (``max_tokens`` below the shortest completion) the tokens nearest to one are.
+
+        The tensor is the cache's own (no copy per step): read it, or ``.clone()`` it before
+        writing to it.
+
+        Raises:
+            TypeError / ValueError: ``state`` or ``tokens_left`` (an integer >= 0) is not valid.
         """
         state = self._check_state(state)
         base = self._grammar_mask(state)

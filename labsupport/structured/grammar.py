@@ -71,8 +71,8 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
                          f"(allowed: {allowed_keys})")
     payload = spec[kind]
     options: dict = {}
-    if spec.get("fit_max_tokens", False):
-        options["fit_max_tokens"] = check_bool("structured_output['fit_max_tokens']", spec["fit_max_tokens"])
+    if "fit_max_tokens" in spec and check_bool("structured_output['fit_max_tokens']", spec["fit_max_tokens"]):
+        options["fit_max_tokens"] = True
     if kind == "json":
         check_type("structured_output['json']", payload, dict)
         options["whitespace"] = check_int("structured_output['whitespace']", spec.get("whitespace", 0), 0, MAX_WHITESPACE)

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from ..validation import is_int, is_real
 from .automaton import DFA, Machine, compile_tree, intersect
 from .regex import EMPTY, Alt, Chars, Repeat, Seq, chars, literal, parse_regex
 
@@ -133,15 +134,20 @@ def integer_tree(schema: dict, path: str):
     tree = integer_range(lo, hi)
     if "multipleOf" in schema:
         k = schema["multipleOf"]
-        if isinstance(k, float) and k.is_integer():
+        if not is_real(k):
+            raise bad(path, "multipleOf", f"must be an integer in [1, {MAX_MULTIPLE}] for integers, got {k!r} "
+                                          f"({type(k).__name__})", TypeError)
+        if not is_int(k) and math.isfinite(k) and float(k).is_integer():
             k = int(k)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_MULTIPLE:
+        if not is_int(k) or not 1 <= k <= MAX_MULTIPLE:
             raise bad(path, "multipleOf", f"must be an integer in [1, {MAX_MULTIPLE}] for integers, got {k!r}")
+        k = int(k)
         if k > 1:
             try:
                 return Machine(intersect(compile_tree(tree), multiple_of(k)))
-            except ValueError:
-                raise bad(path, "multipleOf", f"no multiple of {k} lies within the bounds") from None
+            except ValueError as err:
+                why = f"no multiple of {k} lies within the bounds" if "no string" in str(err) else str(err)
+                raise bad(path, "multipleOf", why) from None
     return tree
 
 
@@ -154,8 +160,9 @@ def _bounds(schema: dict, path: str) -> tuple[tuple, tuple]:
         if kw not in schema:
             continue
         v = schema[kw]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not is_real(v):
             raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r} ({type(v).__name__})", TypeError)
+        v = int(v) if is_int(v) else float(v)                  # numpy numbers as Python's
         if not math.isfinite(v) or abs(v) >= MAX_INT_BOUND:
             raise bad(path, kw, f"must be a number with |value| < 10^15, got {v!r}")
         side = (v, strict, kw)
@@ -246,7 +253,9 @@ def number_tree(schema: dict, path: str):
     :func:`decimal_range`); an integer ``multipleOf`` allows integers only."""
     if "multipleOf" in schema:
         k = schema["multipleOf"]
-        if isinstance(k, bool) or not isinstance(k, (int, float)) or not float(k).is_integer():
+        if not is_real(k):
+            raise bad(path, "multipleOf", f"must be a number, got {k!r} ({type(k).__name__})", TypeError)
+        if not is_int(k) and not (math.isfinite(k) and float(k).is_integer()):
             raise bad(path, "multipleOf", f"for type 'number' only an integer multipleOf is built here, got {k!r}")
         return integer_tree(schema, path)                      # a multiple of an integer is an integer
     low, high = _bounds(schema, path)
@@ -333,7 +342,8 @@ def string_tree(schema: dict, path: str):
     for extra in parts[1:]:
         try:
             machine = intersect(machine, compile_tree(Seq((quote, extra, quote))))
-        except ValueError:
-            raise bad(path, "pattern" if "pattern" in schema else "format",
-                      "no string satisfies the length bounds, pattern and format together") from None
+        except ValueError as err:
+            why = "no string satisfies the length bounds, pattern and format together" if "no string" in str(err) \
+                else str(err)
+            raise bad(path, "pattern" if "pattern" in schema else "format", why) from None
     return Machine(machine)

@@ -69,8 +69,10 @@ def check_grammar(text: str) -> None:
 def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
     """A rule that can call itself before reading a byte would push forever: refuse it."""
     code = {SYMBOL_BYTES[i]: i for i in range(len(symbols))}
-    calls = {}
-    for r, dfa in enumerate(dfas):
+
+    def before_text(r: int, nullable: set[int]) -> tuple[set[int], bool]:
+        """The rules ``r`` can call before reading a byte, and whether it can end there too."""
+        dfa = dfas[r]
         seen, todo, out = {0}, [0], set()
         while todo:                                   # states reachable by calls of nullable rules
             q = todo.pop()
@@ -78,10 +80,18 @@ def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
                 t = int(dfa.transitions[q, byte])
                 if t >= 0:
                     out.add(s)
-                    if dfas[s].accepting[0] and t not in seen:
+                    if s in nullable and t not in seen:
                         seen.add(t)
                         todo.append(t)
-        calls[r] = out
+        return out, any(dfa.accepting[q] for q in seen)
+
+    nullable: set[int] = set()                       # rules that can end without text (perhaps via a call)
+    while True:
+        more = {r for r in range(len(dfas)) if before_text(r, nullable)[1]}
+        if more <= nullable:
+            break
+        nullable |= more
+    calls = {r: before_text(r, nullable)[0] for r in range(len(dfas))}
     for r, first in calls.items():
         seen, todo = set(), list(first)
         while todo:
@@ -147,8 +157,9 @@ class PushdownOutput(TokenConstraint):
             out.add(stack)
             if len(out) > MAX_STACKS:
                 raise ValueError(f"the grammar is too ambiguous to match: more than MAX_STACKS={MAX_STACKS} "
-                                 "stacks at once (the text so far has that many parses); rewrite the rules "
-                                 "so that one text has one parse")
+                                 "stacks at once (the text so far has that many parses, or prefixes of "
+                                 "parses, e.g. a bracket that may open either of two rules at every depth); "
+                                 "rewrite the rules so that alternatives differ in their first bytes")
             r, q = stack[-1]
             dfa = self.dfas[r]
             if len(stack) < MAX_STACK:
@@ -231,7 +242,10 @@ class PushdownOutput(TokenConstraint):
         return self._next_ids[key]
 
     def matches(self, text: str) -> bool:
-        """True when the whole ``text`` is in the grammar's language."""
+        """True when the whole ``text`` is in the grammar's language.
+
+        Raises:
+            ValueError: more than :data:`MAX_STACKS` stacks at once on the way (too ambiguous)."""
         stacks = self._walk(self._states[self.initial], text.encode("utf-8"))
         return bool(stacks) and self._accepts(stacks)
 
