@@ -71,3 +71,26 @@ def test_runner_verification_costs_are_ratios_to_a_one_token_forward(tiny_lm):
 
     v = runner_verification_costs(tiny_lm, "Return the number of", [1, 4], repeats=2, inner=2)
     assert sorted(v) == [1, 4] and all(len(r) == 2 and all(x > 0 for x in r) for r in v.values())
+
+
+def test_the_weight_pass_is_timed_from_the_caches_and_from_memory(tiny_lm, monkeypatch):
+    """Both floors time every weight matrix once per pass; the cold one writes the eviction buffer
+    before each pass (counted here, not timed)."""
+    import torch
+
+    from labsupport.bench import engine as bench_engine
+    from labsupport.engine import LLMEngine
+    runner = LLMEngine(tiny_lm, block_size=4, num_blocks=8).runner
+    from labsupport.engine.linear import Linear
+    calls, real_call = [], Linear.__call__
+    monkeypatch.setattr(Linear, "__call__", lambda self, x: calls.append(1) or real_call(self, x))
+    writes = []
+    real_zeros = torch.zeros
+    monkeypatch.setattr(bench_engine.torch, "zeros", lambda n: writes.append(n) or real_zeros(n))
+    warm = bench_engine.weight_pass_seconds(runner, repeats=3)
+    cold = bench_engine.weight_pass_seconds(runner, repeats=3, cold=True)
+    assert warm > 0 and cold > 0
+    assert len(calls) == 2 * 5 * (4 * len(runner.layers) + 1)      # (repeats + 2) passes, every matrix, twice
+    assert writes == [bench_engine.EVICT_BYTES // 4]               # the buffer only for the cold floor
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
+        bench_engine.weight_pass_seconds(runner, repeats=0)

@@ -23,7 +23,10 @@ weights once for all rows); more rows (a long draft or tree, prefill, big batche
 prepacked oneDNN kernel, whose cost barely grows with M. All give the same numbers up to float
 rounding (the engine's logits equal Hugging Face's within 1e-4, tested). Where oneDNN is
 missing or the weights are not float32 the last case falls back to ``x W``; on a GPU the
-model's layout is used as is and no copy is made. ``python -m labsupport.bench engine`` and
+model's layout is used as is and no copy is made. One more copy on CPU: a matrix given out×in
+(the tied LM head, 4,096 × 256) also keeps a contiguous in×out copy for the one-row case —
+``x W`` on the transposed view took 310 µs a row, on the copy 148 µs (median of 30, caches
+flushed between calls), 1.08× a whole decode step (paired, median of 9; 1.01–1.29). ``python -m labsupport.bench engine`` and
 ``bench speculative`` re-measure the step and v(γ) on the machine at hand.
 """
 
@@ -80,6 +83,8 @@ class Linear:
         if weight.device.type == "cpu":                                   # a contiguous out×in copy
             self.w_oi = weight if out_in and weight.is_contiguous() else self.w_io.t().contiguous()
             self.packed = _prepack(self.w_oi)
+            if not self.w_io.is_contiguous():                             # one row: x W wants W in×out in memory
+                self.w_io = self.w_io.contiguous()
         self.bias_col = None if bias is None else bias.unsqueeze(1)       # (out, 1)
 
     @property
