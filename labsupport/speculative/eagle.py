@@ -229,7 +229,7 @@ class EagleProposer(Proposer):
     @torch.no_grad()
     def propose(self, engine, seqs) -> dict[str, Draft]:
         from ..sampling import sample_from
-        wte, lm_head = engine.runner.wte, engine.runner.lm_head
+        wte, lm_head = engine.runner.wte, engine.runner.lm_head_linear   # the runner's one-row kernel
         out = {}
         for s in seqs:
             pred, past = s.state.get("eagle_next"), s.state.get("eagle_kv")
@@ -238,7 +238,7 @@ class EagleProposer(Proposer):
                 continue
             tokens, rows = [], []
             for i in range(count):
-                logits = F.linear(pred, lm_head).float()         # the target's LM head on ĥ
+                logits = lm_head(pred[None])[0].float()          # the target's LM head on ĥ
                 if s.params.is_plain_greedy:
                     tok = int(logits.argmax())
                 else:
