@@ -493,3 +493,16 @@ def test_a_grammar_that_fails_mid_output_ends_its_own_request_only(tiny_lm, kind
     assert not eng.has_unfinished_requests() and eng.block_manager.num_free_blocks == free
     again = eng.generate(["z = ("], params)
     assert again[0].finish_reason in ("stop", "length")
+
+
+def test_a_grammar_is_compiled_to_automata_once_for_its_check_and_its_tokenizer():
+    """SamplingParams checks a grammar, the engine compiles it later: the same DFAs serve both."""
+    from labsupport.structured.pushdown import compile_rules
+    text = ARITH + "\n# a comment makes this text new to the cache\n"
+    symbols, dfas = compile_rules(text)
+    SamplingParams(structured_output={"grammar": text})
+    g = _compile(text)
+    assert g.symbols == list(symbols) and all(a is b for a, b in zip(g.dfas, dfas))
+    assert g.matches("(1+2)*3") and not g.matches("(1+2")
+    with pytest.raises(TypeError, match="must be a str"):
+        compile_rules(["root ::= \"a\""])

@@ -39,6 +39,7 @@ and the speculative engine take either.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -62,8 +63,29 @@ def check_grammar(text: str) -> None:
         TypeError: ``text`` is not a str.
         ValueError: what :func:`~.ebnf.lower` raises, or a left-recursive rule.
     """
+    compile_rules(text)
+
+
+def compile_rules(text: str) -> tuple[tuple[str, ...], tuple[DFA, ...]]:
+    """The rule names (root first) and each rule's byte DFA of EBNF ``text``, checked for left
+    recursion. Cached per text: ``SamplingParams`` checks a grammar when it is made and the engine
+    compiles it for its tokenizer later, and both need the same automata (the DFAs are read-only).
+
+    Raises:
+        TypeError: ``text`` is not a str.
+        ValueError: what :func:`~.ebnf.lower` raises, or a left-recursive rule.
+    """
+    if not isinstance(text, str):
+        lower(text)                                   # raises the TypeError that names the parameter
+    return _compile_rules(text)
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_rules(text: str) -> tuple[tuple[str, ...], tuple[DFA, ...]]:
     symbols, trees = lower(text)
-    _left_recursion(symbols, [compile_tree(trees[name]) for name in symbols])
+    dfas = tuple(compile_tree(trees[name]) for name in symbols)
+    _left_recursion(list(symbols), list(dfas))
+    return tuple(symbols), dfas
 
 
 def _left_recursion(symbols: list[str], dfas: list[DFA]) -> None:
@@ -112,10 +134,14 @@ class PushdownOutput(TokenConstraint):
         """``grammar``: EBNF text (:func:`~.ebnf.lower`), or ``(rule names, trees)`` with the root first
         (:func:`~.json_schema.schema_to_rules`), a reference to rule ``i`` being ``RawByte(SYMBOL_BYTES[i])``."""
         start = time.perf_counter()
-        self.symbols, trees = lower(grammar) if isinstance(grammar, str) else grammar
-        self.dfas = [compile_tree(trees[name]) for name in self.symbols]
+        if isinstance(grammar, str):
+            symbols, dfas = compile_rules(grammar)
+            self.symbols, self.dfas = list(symbols), list(dfas)
+        else:
+            self.symbols, trees = grammar
+            self.dfas = [compile_tree(trees[name]) for name in self.symbols]
+            _left_recursion(self.symbols, self.dfas)
         self.code = {SYMBOL_BYTES[i]: i for i in range(len(self.symbols))}
-        _left_recursion(self.symbols, self.dfas)
         text_only = []                                # the same DFAs reading text bytes only
         for dfa in self.dfas:
             table = dfa.transitions.copy()
