@@ -404,10 +404,13 @@ def test_linear_helper_gives_x_w_plus_b_on_every_kernel(out_in, with_bias):
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(48, 80, generator=gen)                                 # (in, out)
     b = torch.randn(80, generator=gen) if with_bias else None
-    lin = Linear(w.t().contiguous() if out_in else w, b, out_in=out_in)
-    assert lin.shape == (48, 80)
-    for m in (1, 2, SMALL_M, SMALL_M + 1, 17):
-        x = torch.randn(m, 48, generator=gen)
-        y = lin(x)
-        assert y.shape == (m, 80) and y.is_contiguous()
-        torch.testing.assert_close(y, x @ w + (0 if b is None else b), atol=1e-4, rtol=1e-4)
+    for small_m in (SMALL_M, 1):                                            # 1: the LM head's choice
+        lin = Linear(w.t().contiguous() if out_in else w, b, out_in=out_in, small_m=small_m)
+        assert lin.shape == (48, 80)
+        for m in (1, 2, SMALL_M, SMALL_M + 1, 17):
+            x = torch.randn(m, 48, generator=gen)
+            y = lin(x)
+            assert y.shape == (m, 80) and y.is_contiguous()
+            torch.testing.assert_close(y, x @ w + (0 if b is None else b), atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="small_m must be an integer >= 1, got 0"):
+        Linear(w, b, small_m=0)

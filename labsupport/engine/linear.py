@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from ..validation import check_int
+
 SMALL_M = 4
 """Most rows for which ``Wᵀ xᵀ`` is used (above it the prepacked kernel wins, table above)."""
 
@@ -61,6 +63,10 @@ class Linear:
             ``out_in=True``, ``(out, in)`` (``nn.Linear`` and the tied LM head).
         bias: ``(out,)`` or ``None``.
         out_in: the layout of ``weight``.
+        small_m: most rows for the ``Wᵀ xᵀ`` kernel (above: prepacked oneDNN). A wide matrix
+            such as the LM head (4,096 × 256) wants oneDNN from 2 rows: 82 / 118 / 173 µs at
+            2 / 4 / 8 rows against 177 / 225 / 412 µs for ``Wᵀ xᵀ`` (median of 40), so the
+            runner gives it ``small_m=1``.
 
     Shapes: ``x (M, in)`` → ``(M, out)``, contiguous.
 
@@ -69,7 +75,8 @@ class Linear:
             not ``(out,)``.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out_in: bool = False):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out_in: bool = False,
+                 small_m: int = SMALL_M):
         if not isinstance(weight, torch.Tensor) or (bias is not None and not isinstance(bias, torch.Tensor)):
             raise TypeError(f"weight and bias must be tensors, got {type(weight).__name__}, {type(bias).__name__}")
         if weight.dim() != 2:
@@ -86,6 +93,7 @@ class Linear:
             if not self.w_io.is_contiguous():                             # one row: x W wants W in×out in memory
                 self.w_io = self.w_io.contiguous()
         self.bias_col = None if bias is None else bias.unsqueeze(1)       # (out, 1)
+        self.small_m = check_int("small_m", small_m, 1)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -94,9 +102,9 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
-        if self.w_oi is None or m == 1 or (m > SMALL_M and self.packed is None):   # GPU, one row, fallback
+        if self.w_oi is None or m == 1 or (m > self.small_m and self.packed is None):   # GPU, one row, fallback
             return x @ self.w_io if self.bias is None else torch.addmm(self.bias, x, self.w_io)
-        if m > SMALL_M:                                                   # many rows: prepacked oneDNN
+        if m > self.small_m:                                              # many rows: prepacked oneDNN
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         y = self.w_oi @ x.t() if self.bias is None else torch.addmm(self.bias_col, self.w_oi, x.t())
         return y.t().contiguous()                                         # (out, M) → (M, out)

@@ -109,7 +109,7 @@ class ModelRunner:
         self.wte, self.wpe = t.wte.weight.detach(), t.wpe.weight.detach()
         self.ln_f = (t.ln_f.weight.detach(), t.ln_f.bias.detach())
         self.lm_head = model.lm_head.weight.detach()                 # (V, E), tied to wte in GPT-2
-        self.lm_head_linear = Linear(self.lm_head, out_in=True)
+        self.lm_head_linear = Linear(self.lm_head, out_in=True, small_m=1)   # wide: oneDNN from 2 rows (linear.py)
         if quantization == "int8":
             self.lm_head_linear = Int8Linear(self.lm_head)
             lin = lambda m: Int8Linear(m.weight.detach().t(), m.bias.detach())      # noqa: E731
