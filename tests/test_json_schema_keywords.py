@@ -253,3 +253,17 @@ def test_numpy_numbers_are_numbers_in_bounds():
     dfa = compile_tree(schema_to_tree({"type": "integer", "minimum": np.int64(3), "maximum": np.float32(5.0),
                                        "multipleOf": np.int64(2)}))
     assert [i for i in range(10) if dfa.matches(str(i))] == [4]
+
+
+def test_disjointness_is_proven_only_by_an_empty_product(monkeypatch):
+    """Only an empty intersection proves two languages disjoint: a product too large to search
+    says so, it is not taken as "disjoint" (oneOf and patternProperties rely on the answer)."""
+    from labsupport.structured import automaton
+    from labsupport.structured.regex import parse_regex
+    a, b = compile_tree(parse_regex("[a-z]{3,9}")), compile_tree(parse_regex("[a-m]{2,8}"))
+    assert automaton.disjoint(a, compile_tree(parse_regex("[0-9]+"))) is True
+    assert automaton.disjoint(a, b) is False
+    monkeypatch.setattr(automaton, "MAX_PRODUCT_STATES", 3)
+    with pytest.raises(ValueError, match="grammar too large") as err:
+        automaton.disjoint(a, b)
+    assert not isinstance(err.value, automaton.EmptyLanguageError)

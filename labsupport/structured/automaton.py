@@ -274,11 +274,16 @@ def determinise(nfa: NFA, start: int, final: int) -> DFA:
                np.asarray([final in s for s in order], dtype=bool))
 
 
+class EmptyLanguageError(ValueError):
+    """The automaton accepts no string at all (a :class:`ValueError`, so callers that only report
+    it need not tell it apart; those that draw a conclusion from emptiness catch this one alone)."""
+
+
 def trim(dfa: DFA) -> DFA:
     """Drop states from which no accepting state is reachable (their edges become -1).
 
     Raises:
-        ValueError: the language is empty (the start state itself is dead).
+        EmptyLanguageError: the language is empty (the start state itself is dead).
     """
     live = dfa.accepting.copy()
     while True:
@@ -288,7 +293,7 @@ def trim(dfa: DFA) -> DFA:
             break
         live = reach
     if not live[0]:
-        raise ValueError("the grammar matches no string at all")
+        raise EmptyLanguageError("the grammar matches no string at all")
     keep = np.flatnonzero(live)
     new_id = np.full(dfa.num_states + 1, -1, dtype=np.int32)
     new_id[keep] = np.arange(len(keep), dtype=np.int32)
@@ -359,7 +364,8 @@ def intersect(a: DFA, b: DFA) -> DFA:
     """The DFA of ``L(a) ∩ L(b)``, trimmed and minimal.
 
     Raises:
-        ValueError: the intersection is empty ("matches no string at all").
+        EmptyLanguageError: the intersection is empty ("matches no string at all").
+        ValueError: the product would be too large.
     """
     return minimise(trim(_product(a, b, lambda p, q: p and q)))
 
@@ -380,10 +386,13 @@ def complement(a: DFA, within: DFA) -> DFA:
 
 
 def disjoint(a: DFA, b: DFA) -> bool:
-    """True when no string is in both languages (a search of the product for a common accepting state)."""
+    """True when no string is in both languages (a search of the product for a common accepting state).
+
+    Raises:
+        ValueError: the product is too large to search (then nothing is proven either way)."""
     try:
         intersect(a, b)
-    except ValueError:
+    except EmptyLanguageError:
         return True
     return False
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from .automaton import Machine, compile_tree, difference, disjoint, intersect
+from .automaton import EmptyLanguageError, Machine, compile_tree, difference, disjoint, intersect
 from .json_values import BOOLEAN, NULL, STRING_CHAR, bad, length_range, number_tree, string_tree
 from .regex import Alt, Keys, RawByte, Repeat, Seq, literal
 
@@ -158,7 +158,7 @@ def _pattern_keys(patterns, names: list[str], path: str) -> list:
             keys = intersect(plain, matcher)
             if listed is not None:
                 keys = difference(keys, listed)
-        except ValueError:
+        except EmptyLanguageError:
             continue                                   # the pattern adds no key beyond the listed ones
         for other, other_keys, _, _ in out:
             if not disjoint(keys, other_keys):
@@ -176,6 +176,6 @@ def _other_key(names: list[str], matchers: list) -> Machine | None:
     try:
         for taken in ([listed] if listed is not None else []) + matchers:
             keys = difference(keys, taken)
-    except ValueError:
+    except EmptyLanguageError:
         return None
     return Machine(keys)

@@ -50,7 +50,7 @@ Scalars (strings, integers, formats) are built in :mod:`.json_values`.
 
 from __future__ import annotations
 
-from .automaton import Machine, compile_tree, intersect
+from .automaton import EmptyLanguageError, Machine, compile_tree, intersect
 from .ebnf import SYMBOL_BYTES
 from .json_containers import Containers, value_literal
 from .json_values import (
@@ -220,10 +220,8 @@ class _Compiler(Containers):
             rest["type"] = [k for k in kinds if k != "number" or "integer" not in kinds]
         try:
             return Machine(intersect(compile_tree(tree), compile_tree(self.tree(rest, path, refs))))
-        except ValueError as err:
-            if "matches no string" in str(err):
-                raise bad(path, key, "no listed value satisfies the schema's other keywords") from None
-            raise
+        except EmptyLanguageError:
+            raise bad(path, key, "no listed value satisfies the schema's other keywords") from None
 
     # ------------------------------------------------------------------ $ref
     def _ref(self, schema: dict, path: str, refs: tuple):
@@ -321,10 +319,8 @@ class _Compiler(Containers):
             for part in parts:
                 try:
                     machine = part if machine is None else intersect(machine, part)
-                except ValueError as err:
-                    if "matches no string" in str(err):
-                        raise bad(path, kw, "no value satisfies every part of the schema together") from None
-                    raise
+                except EmptyLanguageError:
+                    raise bad(path, kw, "no value satisfies every part of the schema together") from None
         if machine is None:
             raise bad(path, "not", "needs a 'type' beside it (the complement within all JSON values needs a stack)")
         return Machine(machine)

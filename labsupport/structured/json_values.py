@@ -14,7 +14,7 @@ from decimal import Decimal
 import numpy as np
 
 from ..validation import is_int, is_real
-from .automaton import DFA, Machine, compile_tree, intersect
+from .automaton import DFA, EmptyLanguageError, Machine, compile_tree, intersect
 from .regex import EMPTY, Alt, Chars, Repeat, Seq, chars, literal, parse_regex
 
 STRING_CHAR = Alt((Chars(((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF))),
@@ -145,9 +145,10 @@ def integer_tree(schema: dict, path: str):
         if k > 1:
             try:
                 return Machine(intersect(compile_tree(tree), multiple_of(k)))
-            except ValueError as err:
-                why = f"no multiple of {k} lies within the bounds" if "no string" in str(err) else str(err)
-                raise bad(path, "multipleOf", why) from None
+            except EmptyLanguageError:
+                raise bad(path, "multipleOf", f"no multiple of {k} lies within the bounds") from None
+            except ValueError as err:                                        # too large: said as it is
+                raise bad(path, "multipleOf", str(err)) from None
     return tree
 
 
@@ -342,8 +343,9 @@ def string_tree(schema: dict, path: str):
     for extra in parts[1:]:
         try:
             machine = intersect(machine, compile_tree(Seq((quote, extra, quote))))
-        except ValueError as err:
-            why = "no string satisfies the length bounds, pattern and format together" if "no string" in str(err) \
-                else str(err)
-            raise bad(path, "pattern" if "pattern" in schema else "format", why) from None
+        except EmptyLanguageError:
+            raise bad(path, "pattern" if "pattern" in schema else "format",
+                      "no string satisfies the length bounds, pattern and format together") from None
+        except ValueError as err:                                            # too large: said as it is
+            raise bad(path, "pattern" if "pattern" in schema else "format", str(err)) from None
     return Machine(machine)

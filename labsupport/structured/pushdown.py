@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from ..validation import check_int
-from .automaton import DFA, compile_tree
+from .automaton import DFA, EmptyLanguageError, compile_tree
 from .constraint import TokenConstraint
 from .ebnf import SYMBOL_BYTES, lower
 from .token_index import TokenIndex
@@ -156,7 +156,7 @@ class PushdownOutput(TokenConstraint):
         self.fit_max_tokens = fit_max_tokens
         self._levels: list[list[np.ndarray]] = self._depth_levels(tokens)
         if not np.isfinite(self._levels[-1][0][0]):
-            raise ValueError("the grammar matches no string at all (every derivation of the root rule "
+            raise EmptyLanguageError("the grammar matches no string at all (every derivation of the root rule "
                              f"recurses forever or nests deeper than MAX_STACK={MAX_STACK} frames)")
         self._by_first: dict[int, np.ndarray] = {}
         firsts = np.array([t[0] if t else -1 for t in tokens])
