@@ -374,23 +374,24 @@ class LLMEngine:
         kept, masks, failed = [], [], []
         for row in rows:
             req = row[1]
-            if req.grammar is None:
-                kept.append(row)
-                masks.append(None)
-                continue
-            try:
-                masks.append(req.grammar.allowed_token_mask(req.grammar_state(),
-                                                            req.seq.max_new_tokens - len(req.seq.output_ids)))
-                kept.append(row)
-            except ValueError as err:
-                self.fail_running(req, f"structured output: {err}", now)
+            mask = None if req.grammar is None else \
+                self._mask_or_fail(req, req.grammar_state(), req.seq.max_new_tokens - len(req.seq.output_ids), now)
+            if req.grammar is not None and mask is None:
                 failed.append(req.seq.seq_id)
+                continue
+            kept.append(row)
+            masks.append(mask)
         return kept, masks, failed
 
-    def fail_running(self, req: Request, why: str, now: float) -> None:
-        """End a started request with ``finish_reason="error"`` and ``why``; its blocks are freed."""
-        self._finish_request(req, "error", now)
-        req.seq.error = why
+    def _mask_or_fail(self, req: Request, state: int, tokens_left: int, now: float) -> torch.Tensor | None:
+        """``req``'s grammar mask at ``state``, or None once the grammar raised: the request is then
+        finished with ``"error"`` and the message (its blocks freed)."""
+        try:
+            return req.grammar.allowed_token_mask(state, tokens_left)
+        except ValueError as err:
+            self._finish_request(req, "error", now)
+            req.seq.error = f"structured output: {err}"
+            return None
 
     def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, Request]]:
         """``(logits row, request)`` for every sequence whose prompt is complete; a request with

@@ -150,15 +150,11 @@ class SpeculativeEngine(LLMEngine):
     def _grammar_can_go_on(self, s: SpecSequence, reported: list[str]) -> bool:
         """False (and the request ended with ``"error"``, as in :class:`LLMEngine`) when its grammar
         cannot give a mask at the current state."""
-        if s.grammar is None:
+        if s.grammar is None or self._mask_or_fail(self.requests[s.request_id], s.grammar_state(),
+                                                    s.max_tokens - len(s.output_ids), self.config.clock()) is not None:
             return True
-        try:
-            s.grammar.allowed_token_mask(s.grammar_state(), s.max_tokens - len(s.output_ids))
-            return True
-        except ValueError as err:
-            self.fail_running(self.requests[s.request_id], f"structured output: {err}", self.config.clock())
-            reported.append(s.request_id)
-            return False
+        reported.append(s.request_id)
+        return False
 
     def _admit(self, now: float) -> list[str]:
         """Move waiting requests to running while their whole reservation fits; prefill them.

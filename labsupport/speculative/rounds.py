@@ -173,14 +173,13 @@ def _grammar_masks(s: SpecSequence, paths: list[list[int]], vocab: int) -> torch
                 banned.setdefault(key[:-1], []).append(key[-1])
         return masks[key]
 
+    keys = []
     for path in paths:                                      # every mask first, so that every ban is known
-        key = tuple(path)
-        while mask_at(key) is None:
-            key = key[:-1]
-    for path in paths:
         key = tuple(path)
         while mask_at(key) is None:                         # left the grammar: reuse the last valid mask
             key = key[:-1]
+        keys.append(key)
+    for key in keys:
         row = masks[key]
         if key in banned:
             row = row.clone()

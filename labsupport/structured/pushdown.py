@@ -350,7 +350,7 @@ class PushdownOutput(TokenConstraint):
         for stack in self.expand(stacks):
             depth = len(stack) - 1
             r, q = stack[-1]
-            below = sum(float(self._frame_distances(j)[rr][qq]) for j, (rr, qq) in enumerate(stack[:-1]))
+            below = self._stack_distance(stack[:-1])
             if not np.isfinite(below):
                 continue                              # a call whose return point cannot finish in depth
             after = self._local[r].next_rows(q)
