@@ -398,19 +398,62 @@ def test_snapshot_describes_queues_and_pool(tiny_lm):
 @pytest.mark.parametrize("out_in", [False, True])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_linear_helper_gives_x_w_plus_b_on_every_kernel(out_in, with_bias):
-    """One row (x W), a few rows (Wᵀ xᵀ) and many rows (prepacked oneDNN or x W): the same product."""
-    from labsupport.engine.linear import SMALL_M, Linear
+    """x W, Wᵀ xᵀ and prepacked oneDNN at every row count, and after a choice has pruned the rest:
+    the same product."""
+    from labsupport.engine.linear import KERNELS, ROW_BUCKETS, Linear
 
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(48, 80, generator=gen)                                 # (in, out)
     b = torch.randn(80, generator=gen) if with_bias else None
-    for small_m in (SMALL_M, 1):                                            # 1: the LM head's choice
-        lin = Linear(w.t().contiguous() if out_in else w, b, out_in=out_in, small_m=small_m)
-        assert lin.shape == (48, 80)
-        for m in (1, 2, SMALL_M, SMALL_M + 1, 17):
-            x = torch.randn(m, 48, generator=gen)
-            y = lin(x)
-            assert y.shape == (m, 80) and y.is_contiguous()
+    lin = Linear(w.t().contiguous() if out_in else w, b, out_in=out_in)
+    assert lin.shape == (48, 80)
+    assert lin.kernels[:2] == KERNELS[:2]                                   # oneDNN where the build has it
+    assert lin.copies == ("x W",) and (lin.w_io.data_ptr() == w.data_ptr()) == (not out_in)   # the model's own
+    xs = [torch.randn(m, 48, generator=gen) for m in (1, 2, 5, 17, 70)]
+    for k in lin.kernels:
+        for x in xs:
+            y = lin.run(x, k)
+            assert y.shape == (x.shape[0], 80) and y.is_contiguous()
             torch.testing.assert_close(y, x @ w + (0 if b is None else b), atol=1e-4, rtol=1e-4)
-    with pytest.raises(ValueError, match="small_m must be an integer >= 1, got 0"):
-        Linear(w, b, small_m=0)
+    lin.choose({bk: "Wᵀ xᵀ" for bk in ROW_BUCKETS[1:]})                    # one row keeps x W
+    assert lin.copies == ("x W", "Wᵀ xᵀ") and lin.packed is None
+    assert lin.choices == {1: "x W", **{bk: "Wᵀ xᵀ" for bk in ROW_BUCKETS[1:]}}
+    for x in xs:
+        torch.testing.assert_close(lin(x), x @ w + (0 if b is None else b), atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        lin.run(xs[0], "x  W")                                              # a typo runs nothing
+    with pytest.raises(ValueError, match="bucket must be one of"):
+        lin.choose({3: "x W"})
+
+
+def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypatch):
+    """A fake clock: each kernel costs what the table says; tune must pick the cheapest per bucket,
+    keep x W on a near-tie (< MARGIN), count the cost of switching after a one-row step, and cache
+    the choice per shape."""
+    from labsupport.engine import linear as L
+
+    clock = [0.0]
+    monkeypatch.setattr(L.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(L, "_TUNED", {})
+    cost = {"x W": lambda m: 1.0 + m, "Wᵀ xᵀ": lambda m: 1.0 + 0.5 * m if m < 16 else 1.0 + 0.98 * m,
+            "oneDNN": lambda m: 2.0 if m <= 8 else 99.0 if m < 64 else 0.1 * m}
+    calls = []
+    real_run = L.Linear.run
+
+    def fake_run(self, x, kernel):                   # switching kernels costs 5: oneDNN's 2.0 at 4–8 rows loses
+        clock[0] += cost[kernel](x.shape[0]) + (5.0 if calls and calls[-1] != kernel else 0.0)
+        calls.append(kernel)
+        return real_run(self, x, kernel)
+    monkeypatch.setattr(L.Linear, "run", fake_run)
+    lins = [L.Linear(torch.randn(8, 12), torch.randn(12)) for _ in range(2)]
+    if "oneDNN" not in lins[0].kernels:
+        pytest.skip("this torch build has no oneDNN linear")
+    got = L.tune(lins)
+    expect = {1: "Wᵀ xᵀ", 2: "Wᵀ xᵀ", 4: "Wᵀ xᵀ", 8: "Wᵀ xᵀ", 16: "x W", 64: "oneDNN"}   # 16: 0.98× is a near-tie
+    assert list(got.values()) == [expect] and lins[0].choices == lins[1].choices == expect
+    assert lins[0].copies == L.KERNELS                                              # every kernel still chosen
+    n = len(calls)
+    more = L.Linear(torch.randn(8, 12), torch.randn(12))
+    assert L.tune([more]) == got and len(calls) == n and more.choices == expect       # cached: not timed again
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
+        L.measure(lins, 2, repeats=0)

@@ -306,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
           f"  weights from the caches (passes back to back): {median_range(floors, unit='×')}\n"
           f"  weights from memory ({EVICT_BYTES >> 20} MiB written before each pass): "
           f"{median_range(cold_floors, unit='×')}")
+    kinds = {}
+    for lin in engine.runner.matrices():                            # the kernels the runner measured and chose
+        kinds.setdefault(" / ".join(f"{b}: {k}" for b, k in lin.choices.items()), []).append(lin.shape)
+    print("matrix kernels chosen at load (linear.tune; row bucket: kernel): " +
+          ";  ".join(f"{', '.join(f'{i}×{o}' for i, o in sorted(set(shapes)))} → {c}" for c, shapes in kinds.items()))
     print(f"\nuseful tokens in part 3: {useful}; static batching computes "
           f"{sum(args.batch * max(max_news[i:i + args.batch]) for i in range(0, len(queue), args.batch))} "
           f"token-rows (every row runs as long as the longest in its batch).")

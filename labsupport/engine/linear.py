@@ -1,43 +1,54 @@
-"""``y = x W + b`` for the runner's matrices, with the kernel chosen by how many rows ``x`` has.
+"""``y = x W + b`` for the runner's matrices, with the kernel measured fastest for the row count.
 
 A decode step multiplies one row per sequence by every weight matrix: it reads each weight byte
-once and does almost no arithmetic, so its cost is the time to stream the weights from memory.
-Verifying γ drafted tokens multiplies γ + 1 rows by the *same* weights — in principle nearly the
-same cost (the bandwidth floor), which is why speculative decoding can pay. Whether it does
-depends on the kernel that runs the product. Measured in the runner (a whole forward of the
-tiny target over M new tokens of one sequence, MKL, one torch thread, 25 alternating repeats,
-median ms):
+once and does almost no arithmetic, so its cost is the time to stream the weights. Verifying γ
+drafted tokens multiplies γ + 1 rows by the *same* weights — in principle nearly the same cost,
+which is why speculative decoding can pay. Whether it does depends on the kernel that runs the
+product, and which kernel is fastest depends on the machine. Three ways to compute it on CPU
+(one torch thread, median ms):
 
-====================================================  =====  =====  =====  =====  =====  =====
-rows M                                                  1      2      4      5      8     16
-====================================================  =====  =====  =====  =====  =====  =====
-``addmm(b, x, W)``, W in×out (the model's layout)      1.17   1.52   1.88   2.19   2.32   3.80
-``addmm(b, Wᵀ, xᵀ)ᵀ``, a contiguous out×in copy         1.45   1.20   1.33   1.73   2.44   4.30
-oneDNN, weights prepacked once (``mkldnn`` linear)     1.52   2.02   2.05   2.03   2.33   2.73
-====================================================  =====  =====  =====  =====  =====  =====
+=====================================================  =====  =====  =====  =====  =====  =====
+rows M                                                   1      2      4      5      8     16
+=====================================================  =====  =====  =====  =====  =====  =====
+*AMD EPYC, MKL: a whole forward of the tiny target over M new tokens*
+``x W`` (W in×out, the model's layout)                  1.17   1.52   1.88   2.19   2.32   3.80
+``Wᵀ xᵀ`` (a contiguous out×in copy)                    1.45   1.20   1.33   1.73   2.44   4.30
+oneDNN, weights prepacked once                          1.52   2.02   2.05   2.03   2.33   2.73
+*Intel Xeon (AVX-512), MKL: the 16 layer matrices only*
+``x W``                                                 0.49   0.55   0.61   0.63   0.78   1.08
+``Wᵀ xᵀ``                                               0.52   0.98   1.02   1.04   1.08   1.12
+oneDNN prepacked                                        0.85   0.89   0.91   0.93   1.09   1.39
+=====================================================  =====  =====  =====  =====  =====  =====
 
-(The three were timed in one process, alternating, on a 2-core laptop-class VM; rows of the
-same column are comparable, columns of different runs less so.) So on CPU the runner picks,
-per call: one row → ``x W``; 2 – :data:`SMALL_M` rows → ``Wᵀ xᵀ`` (the kernel streams the
-weights once for all rows); more rows (a long draft or tree, prefill, big batches) → the
-prepacked oneDNN kernel, whose cost barely grows with M. All give the same numbers up to float
-rounding (the engine's logits equal Hugging Face's within 1e-4, tested). Where oneDNN is
-missing or the weights are not float32 the last case falls back to ``x W``; on a GPU the
-model's layout is used as is and no copy is made. One more copy on CPU: a matrix given out×in
-(the tied LM head, 4,096 × 256) also keeps a contiguous in×out copy for the one-row case —
-``x W`` on the transposed view took 310 µs a row, on the copy 148 µs (median of 30, caches
-flushed between calls), 1.08× a whole decode step (paired, median of 9; 1.01–1.29). ``python -m labsupport.bench engine`` and
-``bench speculative`` re-measure the step and v(γ) on the machine at hand.
+On the EPYC four rows cost 1.6× one row with ``x W`` and 1.1× with ``Wᵀ xᵀ``; on the Xeon
+``x W`` costs 1.25× and ``Wᵀ xᵀ`` 2×: the opposite choice. So no fixed rule is right. The runner
+*measures*, once per process and matrix shape (:func:`tune`, about 0.3 s for the tiny target),
+the fastest kernel at each row bucket (:data:`ROW_BUCKETS`) and keeps only the weight copies the
+chosen kernels read. All give the same numbers up to float rounding (the engine's logits equal
+Hugging Face's within 1e-4, tested). On a GPU, or before tuning, ``x W`` on the model's own
+layout is used and no copy is made. ``python -m labsupport.bench engine`` prints the choices and
+``bench speculative`` the verification cost v(γ) they give on the machine at hand.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections.abc import Iterable, Mapping
+
 import torch
 
-from ..validation import check_int
+from ..validation import check_choice, check_int
 
-SMALL_M = 4
-"""Most rows for which ``Wᵀ xᵀ`` is used (above it the prepacked kernel wins, table above)."""
+KERNELS = ("x W", "Wᵀ xᵀ", "oneDNN")
+"""The three ways :class:`Linear` can compute ``x W + b`` (module docstring)."""
+
+ROW_BUCKETS = (1, 2, 4, 8, 16, 64)
+"""Row counts :func:`tune` times; ``M`` rows use the kernel of the smallest bucket ``≥ M`` (the
+largest bucket's for more rows)."""
+
+_TUNED: dict[tuple, dict[int, str]] = {}
+"""Choices measured in this process, by matrix shape, dtype, bias and thread count."""
 
 
 def _prepack(w_oi: torch.Tensor):
@@ -46,7 +57,7 @@ def _prepack(w_oi: torch.Tensor):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w_oi, 8)
-        x = torch.ones(SMALL_M + 1, w_oi.shape[1])
+        x = torch.ones(3, w_oi.shape[1])
         if not torch.allclose(torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
                               x @ w_oi.t(), rtol=1e-4, atol=1e-4):
             return None
@@ -55,28 +66,32 @@ def _prepack(w_oi: torch.Tensor):
         return None
 
 
+def bucket_of(m: int) -> int:
+    """The :data:`ROW_BUCKETS` entry whose kernel runs ``m`` rows."""
+    return next((b for b in ROW_BUCKETS if b >= m), ROW_BUCKETS[-1])
+
+
 class Linear:
-    """One weight matrix and its bias, multiplied by the kernel that suits the row count.
+    """One weight matrix and its bias, multiplied by the kernel chosen for the row count.
 
     Args:
         weight: ``(in, out)`` (GPT-2's ``Conv1D`` layout: ``y = x @ weight``) or, with
             ``out_in=True``, ``(out, in)`` (``nn.Linear`` and the tied LM head).
         bias: ``(out,)`` or ``None``.
         out_in: the layout of ``weight``.
-        small_m: most rows for the ``Wᵀ xᵀ`` kernel (above: prepacked oneDNN). A wide matrix
-            such as the LM head (4,096 × 256) wants oneDNN from 2 rows: 82 / 118 / 173 µs at
-            2 / 4 / 8 rows against 177 / 225 / 412 µs for ``Wᵀ xᵀ`` (median of 40), so the
-            runner gives it ``small_m=1``.
 
-    Shapes: ``x (M, in)`` → ``(M, out)``, contiguous.
+    It starts on ``x W``. Each kernel reads its own copy of the weights (in×out — the model's own
+    tensor where it already is one —, a contiguous out×in copy, oneDNN's packed blocks), made the
+    first time the kernel runs or is chosen; :meth:`choose` (called by :func:`tune`) fixes the
+    kernel per row bucket and drops the copies no chosen kernel reads. Shapes: ``x (M, in)`` →
+    ``(M, out)``, contiguous.
 
     Raises:
         TypeError: ``weight`` / ``bias`` not tensors. ValueError: ``weight`` not 2-D, or ``bias``
             not ``(out,)``.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out_in: bool = False,
-                 small_m: int = SMALL_M):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out_in: bool = False):
         if not isinstance(weight, torch.Tensor) or (bias is not None and not isinstance(bias, torch.Tensor)):
             raise TypeError(f"weight and bias must be tensors, got {type(weight).__name__}, {type(bias).__name__}")
         if weight.dim() != 2:
@@ -85,26 +100,182 @@ class Linear:
         if bias is not None and tuple(bias.shape) != (out,):
             raise ValueError(f"bias must have shape ({out},), got {tuple(bias.shape)}")
         self.bias = None if bias is None else bias.contiguous()           # oneDNN reads it as a flat array
-        self.w_io = weight.t() if out_in else weight                      # (in, out), a view
-        self.w_oi = self.packed = None
-        if weight.device.type == "cpu":                                   # a contiguous out×in copy
-            self.w_oi = weight if out_in and weight.is_contiguous() else self.w_io.t().contiguous()
-            self.packed = _prepack(self.w_oi)
-            if not self.w_io.is_contiguous():                             # one row: x W wants W in×out in memory
-                self.w_io = self.w_io.contiguous()
-        self.bias_col = None if bias is None else bias.unsqueeze(1)       # (out, 1)
-        self.small_m = check_int("small_m", small_m, 1)
+        self.bias_col = None if bias is None else self.bias.unsqueeze(1)  # (out, 1) for Wᵀ xᵀ
+        self.in_features, self.out_features = (weight.shape[1], weight.shape[0]) if out_in else weight.shape
+        self.dtype = weight.dtype
+        self.weight, self.out_in = weight, out_in
+        self.w_io = self.w_oi = self.packed = None                        # the kernels' copies, made on demand
+        cpu = weight.device.type == "cpu"
+        dnn = cpu and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+        self._available = KERNELS if dnn else KERNELS[:2] if cpu else KERNELS[:1]
+        self._kernel = ["x W"] * (ROW_BUCKETS[-1] + 1)                   # by row count, 0 … largest bucket
+        self._copy("x W")
 
     @property
     def shape(self) -> tuple[int, int]:
         """``(in, out)``."""
-        return tuple(self.w_io.shape)
+        return (self.in_features, self.out_features)
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The kernels this matrix can run (only ``x W`` on a GPU)."""
+        return self._available
+
+    @property
+    def choices(self) -> dict[int, str]:
+        """``{row bucket: kernel}`` in use."""
+        return {b: self._kernel[b] for b in ROW_BUCKETS}
+
+    @property
+    def copies(self) -> tuple[str, ...]:
+        """The kernels whose copy of the weights is held now."""
+        return tuple(k for k, w in zip(KERNELS, (self.w_io, self.w_oi, self.packed)) if w is not None)
+
+    def _copy(self, kernel: str):
+        """The weights as ``kernel`` reads them, made once.
+
+        Raises:
+            ValueError: a kernel this matrix cannot run.
+        """
+        check_choice("kernel", kernel, self.kernels)
+        w = self.weight
+        if kernel == "x W":
+            if self.w_io is None:
+                w_io = w.t() if self.out_in else w
+                self.w_io = w_io.contiguous() if w.device.type == "cpu" else w_io   # x W wants in×out in memory
+            return self.w_io
+        if self.w_oi is None and kernel in ("Wᵀ xᵀ", "oneDNN"):
+            self.w_oi = w.contiguous() if self.out_in else w.t().contiguous()
+        if kernel == "Wᵀ xᵀ":
+            return self.w_oi
+        if self.packed is None:
+            self.packed = _prepack(self.w_oi)
+            if self.packed is None:                                       # this build cannot: x W only
+                self._available = tuple(k for k in self._available if k != "oneDNN")
+                raise ValueError("kernel 'oneDNN' is not available in this torch build")
+        return self.packed
+
+    def choose(self, choices: Mapping[int, str], prune: bool = True) -> None:
+        """Use ``choices[bucket]`` for the rows of each bucket (missing buckets keep theirs), making
+        the chosen kernels' copies now; with ``prune`` drop the copies no chosen kernel reads.
+
+        Raises:
+            ValueError: a bucket not in :data:`ROW_BUCKETS` or a kernel this matrix cannot run.
+        """
+        for b, k in choices.items():
+            check_choice("bucket", b, ROW_BUCKETS)
+            check_choice("kernel", k, self.kernels)
+        lo = 0
+        for b in ROW_BUCKETS:
+            k = choices.get(b, self._kernel[b])
+            self._kernel[lo:b + 1] = [k] * (b + 1 - lo)
+            lo = b + 1
+        used = set(self._kernel)
+        for k in used:
+            self._copy(k)
+        if prune:
+            if "Wᵀ xᵀ" not in used:
+                self.w_oi = None
+            if "oneDNN" not in used:
+                self.packed = None
+            if "x W" not in used:
+                self.w_io = None
+
+    def run(self, x: torch.Tensor, kernel: str) -> torch.Tensor:
+        """``x W + b`` by the named kernel (one of :attr:`kernels`; its copy is made on first use)."""
+        if kernel == "x W":
+            w = self.w_io if self.w_io is not None else self._copy(kernel)
+            return x @ w if self.bias is None else torch.addmm(self.bias, x, w)
+        if kernel == "oneDNN":
+            w = self.packed if self.packed is not None else self._copy(kernel)
+            return torch.ops.mkldnn._linear_pointwise(x, w, self.bias, "none", [], "")
+        if kernel != "Wᵀ xᵀ":
+            check_choice("kernel", kernel, self.kernels)
+        w = self.w_oi if self.w_oi is not None else self._copy(kernel)
+        y = w @ x.t() if self.bias is None else torch.addmm(self.bias_col, w, x.t())
+        return y.t().contiguous()                                         # (out, M) → (M, out)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
-        if self.w_oi is None or m == 1 or (m > self.small_m and self.packed is None):   # GPU, one row, fallback
-            return x @ self.w_io if self.bias is None else torch.addmm(self.bias, x, self.w_io)
-        if m > self.small_m:                                              # many rows: prepacked oneDNN
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        y = self.w_oi @ x.t() if self.bias is None else torch.addmm(self.bias_col, self.w_oi, x.t())
-        return y.t().contiguous()                                         # (out, M) → (M, out)
+        return self.run(x, self._kernel[m if m <= ROW_BUCKETS[-1] else -1])
+
+
+def _key(lin: Linear) -> tuple:
+    return (lin.shape, lin.dtype, lin.bias is None, torch.get_num_threads())
+
+
+def _passes(linears: list[Linear], steps: list[tuple[torch.Tensor, str]], repeats: int) -> float:
+    """Median seconds of ``steps`` (rows, kernel), each run through every matrix of ``linears``,
+    repeated back to back after one untimed round (a kernel's steady state, as an engine runs it)."""
+    times = []
+    for r in range(repeats + 1):
+        start = time.perf_counter()
+        for x, k in steps:
+            for lin in linears:
+                lin.run(x, k)
+        if r:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def measure(linears: list[Linear], m: int, after: str | None = None, repeats: int = 3,
+            rounds: int = 3) -> dict[str, float]:
+    """Seconds of each kernel on ``m`` rows through every matrix of ``linears`` (one shape).
+
+    With ``after`` (the one-row kernel), each timed step is a one-row pass with ``after``
+    followed by the ``m``-row pass with the kernel under test, and the one-row pass's time is
+    subtracted: decode steps and verification steps alternate in speculative decoding, and
+    switching kernels between them costs time of its own (on a Xeon a 5-row forward took
+    1.47 ms with ``x W`` throughout but 2.08 ms when the one-row steps ran ``Wᵀ xᵀ``).
+    Kernels are timed in blocks (:func:`_passes`), the blocks alternating over ``rounds``;
+    the median block is kept.
+    """
+    check_int("repeats", repeats, 1)
+    check_int("rounds", rounds, 1)
+    lin = linears[0]
+    x = torch.randn(m, lin.in_features, dtype=lin.dtype)
+    one = torch.randn(1, lin.in_features, dtype=lin.dtype)
+    times: dict[str, list[float]] = {k: [] for k in lin.kernels}
+    for _ in range(rounds):
+        base = _passes(linears, [(one, after)], repeats) if after else 0.0
+        for k in times:
+            steps = [(one, after), (x, k)] if after else [(x, k)]
+            times[k].append(_passes(linears, steps, repeats) - base)
+    return {k: statistics.median(t) for k, t in times.items()}
+
+
+MARGIN = 0.05
+"""A kernel other than ``x W`` (the model's own layout, no extra copy) is chosen only if it is at
+least this much faster: near-ties would otherwise flip between runs and mix kernels."""
+
+
+def _choose(linears: list[Linear], repeats: int) -> dict[int, str]:
+    def fastest(t: dict[str, float]) -> str:
+        best = min(t, key=t.get)
+        return best if t[best] < (1 - MARGIN) * t["x W"] else "x W"
+    first = fastest(measure(linears, 1, repeats=repeats))
+    # verification-sized steps alternate with one-row steps; prefill-sized ones are timed alone, fewer times
+    return {1: first, **{b: fastest(measure(linears, b, after=first, repeats=repeats) if b <= 8 else
+                                    measure(linears, b, repeats=1, rounds=2)) for b in ROW_BUCKETS[1:]}}
+
+
+def tune(linears: Iterable[Linear], repeats: int = 3) -> dict[tuple, dict[int, str]]:
+    """Choose each matrix's kernel per row bucket by timing them (:func:`measure`: first the
+    one-row kernel, then each bucket's in alternation with it), once per process for each matrix
+    shape (later runners reuse the choices); drop the weight copies not chosen. Matrices on a
+    GPU, or with only one kernel, keep ``x W``.
+
+    Returns:
+        ``{(shape, dtype, no bias, threads): {bucket: kernel}}`` for the shapes given.
+    """
+    groups: dict[tuple, list[Linear]] = {}
+    for lin in linears:
+        if len(lin.kernels) > 1:
+            groups.setdefault(_key(lin), []).append(lin)
+    for key, group in groups.items():
+        if key not in _TUNED:
+            _TUNED[key] = _choose(group, repeats)
+        for lin in group:
+            lin.choose(_TUNED[key])
+    return {key: dict(_TUNED[key]) for key in groups}

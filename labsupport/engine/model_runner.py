@@ -31,7 +31,7 @@ from ..quant import kv as kvq
 from ..quant.int8 import QUANTIZATIONS, Int8Linear
 from ..validation import check_choice, check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
-from .linear import Linear
+from .linear import Linear, tune
 
 
 @dataclass
@@ -109,7 +109,7 @@ class ModelRunner:
         self.wte, self.wpe = t.wte.weight.detach(), t.wpe.weight.detach()
         self.ln_f = (t.ln_f.weight.detach(), t.ln_f.bias.detach())
         self.lm_head = model.lm_head.weight.detach()                 # (V, E), tied to wte in GPT-2
-        self.lm_head_linear = Linear(self.lm_head, out_in=True, small_m=1)   # wide: oneDNN from 2 rows (linear.py)
+        self.lm_head_linear = Linear(self.lm_head, out_in=True)
         if quantization == "int8":
             self.lm_head_linear = Int8Linear(self.lm_head)
             lin = lambda m: Int8Linear(m.weight.detach().t(), m.bias.detach())      # noqa: E731
@@ -125,15 +125,23 @@ class ModelRunner:
                                       attn_proj=lin(block.attn.c_proj), ln_2=wb(block.ln_2),
                                       c_fc=lin(block.mlp.c_fc), mlp_proj=lin(block.mlp.c_proj),
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
+        # each matrix shape's fastest kernel per row count, measured once per process (linear.py)
+        self.kernel_choices = {} if quantization == "int8" else tune(self.matrices())
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=kvq.storage_dtype(kv_cache_dtype) or self.dtype,
                                     device=self.device)
         self.kv_scales = None if kv_cache_dtype == "auto" else \
             torch.ones(self.cache_shape(num_blocks)[:-1], dtype=torch.float16, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
+        self._workspace = torch.empty(0, dtype=self.kv_cache.dtype, device=self.device)   # gathered K/V (attention.py)
         self.cpu_scales: torch.Tensor | None = None
         self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
         self.num_forwards = 0
         self.num_token_forwards = 0
+
+    def matrices(self) -> list:
+        """Every weight matrix a step multiplies by: each layer's four, then the LM head."""
+        return [m for layer in self.layers for m in (layer.c_attn, layer.attn_proj, layer.c_fc, layer.mlp_proj)] + \
+            [self.lm_head_linear]
 
     def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
         """``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``."""
@@ -218,12 +226,19 @@ class ModelRunner:
         """
         x = self.wte[input_ids] + self.wpe[meta.positions]                       # (N, E)
         n, e = x.shape
+        workspace = None
+        if self.kv_scales is None:                                               # one gather buffer for every layer
+            need = 2 * meta.block_tables.numel() * self.block_size * self.num_heads * self.head_dim
+            if self._workspace.numel() < need:
+                self._workspace = torch.empty(need, dtype=self.kv_cache.dtype, device=self.device)
+            workspace = self._workspace
         for i, layer in enumerate(self.layers[:num_layers]):
             h = F.layer_norm(x, (e,), *layer.ln_1, eps=self.eps)
             qkv = layer.c_attn(h)                                                 # (N, 3E)
             q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
             a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale,
-                                None if self.kv_scales is None else self.kv_scales[i], self.kv_cache_dtype)   # (N, E)
+                                None if self.kv_scales is None else self.kv_scales[i], self.kv_cache_dtype,
+                                workspace)                                                             # (N, E)
             if self.layer_hook is not None:                                      # layer i's K/V are written
                 self.layer_hook(i, meta)
             x = x + layer.attn_proj(a)

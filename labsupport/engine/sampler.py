@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..sampling import SamplingParams, sample
+from ..sampling import SamplingParams, greedy_ids, sample
 
 
 class SampleRow(NamedTuple):
@@ -43,7 +43,7 @@ def sample_rows(logits: torch.Tensor, rows: Sequence[SampleRow],
     no_masks = allowed is None or all(m is None for m in allowed)
     if no_masks and all(r.params.is_plain_greedy for r in rows):   # the common fast path: one arg-max, one list
         picked = logits if index == list(range(logits.shape[0])) else logits[index]
-        return picked.argmax(dim=-1).tolist()
+        return greedy_ids(picked).tolist()
     if allowed is not None and any(m is not None for m in allowed):
         from ..structured import apply_structured_mask
         logits = logits[index]                         # one row per entry: each has its own mask
@@ -61,7 +61,7 @@ def sample_rows(logits: torch.Tensor, rows: Sequence[SampleRow],
     for key, members in groups.items():
         picked = logits[[index[j] for j in members]]
         if key == ("greedy",):
-            ids = picked.argmax(dim=-1).tolist()
+            ids = greedy_ids(picked).tolist()
         else:
             first = rows[members[0]]
             ids = sample(picked, first.params, first.generator, [rows[j].token_ids for j in members],

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 
+from ..sampling import greedy_ids
 from ..validation import check_int
 from .proposers import Proposer
 from .rounds import Draft
@@ -111,7 +112,7 @@ class LookaheadProposer(Proposer):
 
     def observe(self, engine, s, draft, path, hidden, logits) -> None:
         """Jacobi update of the window and new n-grams from the target's arg-max along it."""
-        top = logits.argmax(-1).tolist()
+        top = greedy_ids(logits).tolist()
         nodes = s.state.get("window_nodes") if draft.parents is not None else None
         emitted = len(s.rounds[-1].emitted)
         if nodes and len(nodes) == self.window and max(nodes) < len(top):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..sampling import SamplingParams, penalise, probs_from_logits
+from ..sampling import SamplingParams, greedy_ids, penalise, probs_from_logits
 from ..stopping import StopRule
 from .rejection import verify
 from .stats import RoundRecord, SpecStats
@@ -221,10 +221,10 @@ def verify_draft(logits: torch.Tensor, draft: Draft, s: SpecSequence) -> tuple[R
     allowed = _grammar_masks(s, paths, logits.shape[-1])
     plain = params.is_plain_greedy and allowed is None
     history = None if plain else [seq + p for p in paths]
-    top = logits.argmax(dim=-1).tolist()
+    top = greedy_ids(logits).tolist()
     if params.greedy:        # p and q one-hot: accept while the draft is the processed arg-max, no randomness
-        best = top if plain else penalise(logits, params, history, len(s.prompt_ids), s.stop_rule.end_ids,
-                                          allowed).argmax(-1).tolist()
+        best = top if plain else greedy_ids(penalise(logits, params, history, len(s.prompt_ids),
+                                                     s.stop_rule.end_ids, allowed)).tolist()
         if draft.parents is not None:
             path, nxt = accept_greedy_path(tree, best)
             last = path[-1] if path else 0
