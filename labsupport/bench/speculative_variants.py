@@ -9,7 +9,9 @@ and — as the baseline without any model, chapter 06's — n-gram prompt lookup
 * α per position (acceptance at draft depth i, given depth i was reached) and tokens per
   target forward;
 * the draft cost per round ``c_round`` (drafting seconds per round) and the verification cost
-  ``v`` (verifying seconds per round: the forward over all nodes, acceptance, KV compaction), both
+  ``v`` (verifying seconds per round: the forward over all nodes, acceptance, KV compaction; a
+  proposer's work after the round, such as EAGLE running its head over the accepted tokens, is
+  drafting), both
   in units of one plain round of the same run, and ``v_forward``: a bare target forward over the
   round's mean number of nodes timed apart (fastest of repeats), for comparison;
 * the predicted speed-up ``tokens per round / (c_round + v)`` and the measured wall-clock

@@ -239,9 +239,9 @@ def measure(linears: list[Linear], m: int, after: str | None = None, repeats: in
     times: dict[str, list[float]] = {k: [] for k in lin.kernels}
     for _ in range(rounds):
         base = _passes(linears, [(one, after)], repeats) if after else 0.0
-        for k in times:
+        for k, t in times.items():
             steps = [(one, after), (x, k)] if after else [(x, k)]
-            times[k].append(_passes(linears, steps, repeats) - base)
+            t.append(_passes(linears, steps, repeats) - base)
     return {k: statistics.median(t) for k, t in times.items()}
 
 

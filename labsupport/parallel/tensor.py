@@ -248,6 +248,16 @@ def summarise_tp(result: dict) -> dict:
             "prefill_bytes_per_token": result["prefill"]["bytes"] / result["prefill"]["tokens"]}
 
 
+LOGITS_ATOL = 1e-4
+"""How far a parallel run's float32 logits may sit from one process's (largest absolute difference).
+
+The sums run in another order (a sharded matmul plus an all-reduce; a cached step against a full
+forward; each CPU's BLAS blocks differently), so the last bits differ. The logits reach |x| ≈ 13,
+where one float32 step is 9.5e-7: measured worst 1.2e-5 on an Intel Xeon (about 13 steps), under
+1e-5 on an AMD EPYC. 1e-4 leaves room for other CPUs and is still far below the gap between two
+tokens' logits — identical greedy tokens are checked on their own."""
+
+
 def reference_logits(model, ids: list[int]) -> torch.Tensor:
     """The Hugging Face model's logits over ``ids`` in one forward pass: ``(len(ids), V)``."""
     model = getattr(model, "model", model)

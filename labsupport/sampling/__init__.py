@@ -12,7 +12,16 @@ Ties in top-k and top-p: among equal logits the lower token id comes first (a st
 
 from .measures import candidates_for_mass, entropy_bits, perplexity, probability_ratio, sequence_perplexity
 from .params import GREEDY, SamplingParams
-from .pipeline import FilterTrace, greedy_ids, penalise, probs_from_logits, process_logits, sample, sample_from, trace_filters
+from .pipeline import (
+    FilterTrace,
+    greedy_ids,
+    penalise,
+    probs_from_logits,
+    process_logits,
+    sample,
+    sample_from,
+    trace_filters,
+)
 from .processors import (
     NEG_INF,
     TOP_P_TOLERANCE,
@@ -27,7 +36,6 @@ from .processors import (
 
 __all__ = [
     "GREEDY",
-    "greedy_ids",
     "NEG_INF",
     "TOP_P_TOLERANCE",
     "FilterTrace",
@@ -37,6 +45,7 @@ __all__ = [
     "apply_temperature",
     "candidates_for_mass",
     "entropy_bits",
+    "greedy_ids",
     "mask_end_ids",
     "min_p_filter",
     "penalise",

@@ -86,7 +86,7 @@ class EagleHead(nn.Module):
         if past is not None:
             k, v = torch.cat([past[0], k]), torch.cat([past[1], v])
         m = k.shape[0] - n
-        sees = torch.ones(n, m + n, dtype=torch.bool, device=x.device).tril(m)      # row i: keys 0 … m + i
+        sees = None if n == 1 else torch.ones(n, m + n, dtype=torch.bool, device=x.device).tril(m)   # row i: keys 0 … m + i
         a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                            v.transpose(0, 1)[None], attn_mask=sees)[0]
         x = x + self.proj(a.transpose(0, 1).reshape(n, e))

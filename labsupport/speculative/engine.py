@@ -64,7 +64,8 @@ class SpeculativeEngine(LLMEngine):
         proposer, policy, speculative_config: as given (``speculative_config`` None for an object).
         num_rounds: verification forwards. speculative_rounds: rounds the policy let draft.
         num_verified_tokens: tokens fed to verification forwards (roots included), all sequences.
-        draft_seconds / target_seconds: time drafting / verifying since construction.
+        draft_seconds / target_seconds: time drafting (the proposer's ``propose`` and ``observe``) /
+            verifying (the target forward, acceptance, KV compaction) since construction.
         peak_blocks: most target blocks in use at once.
 
     Raises:
@@ -226,7 +227,7 @@ class SpeculativeEngine(LLMEngine):
         self.peak_blocks = max(self.peak_blocks, bm.num_used_blocks)
         self.num_rounds += 1
         self.num_verified_tokens += sum(1 + len(d.tokens) for d in drafts.values())
-        now, finished = self.config.clock(), []
+        now, finished, observing = self.config.clock(), [], 0.0
         for s in seqs:
             d, (hidden, logits) = drafts[s.request_id], out[s.request_id]
             k = 1 + len(d.tokens)
@@ -243,9 +244,12 @@ class SpeculativeEngine(LLMEngine):
             if s.finish_reason is not None:
                 self._finish_request(self.requests[s.request_id], s.finish_reason, now)
                 finished.append(s.request_id)
-            elif self.proposer is not None:
+            elif self.proposer is not None:                      # the proposer's own work (EAGLE runs its head)
+                t2 = time.perf_counter()
                 self.proposer.observe(self, s, d, path, hidden, logits)
-        self.target_seconds += time.perf_counter() - t1
+                observing += time.perf_counter() - t2
+        self.draft_seconds += observing                          # drafting work, not verification
+        self.target_seconds += time.perf_counter() - t1 - observing
         return finished
 
     def _slots_left(self, s: SpecSequence) -> int:
