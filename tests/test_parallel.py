@@ -33,7 +33,14 @@ from labsupport.parallel.pipeline import (
     measured_bubble,
     stage_layers,
 )
-from labsupport.parallel.tensor import LOGITS_ATOL, reference_logits, shard_layer, summarise_tp, tp_generate, weights_from_model
+from labsupport.parallel.tensor import (
+    LOGITS_ATOL,
+    reference_logits,
+    shard_layer,
+    summarise_tp,
+    tp_generate,
+    weights_from_model,
+)
 
 RUN_S = 120
 PROMPT = "Return the number of items in the list"
