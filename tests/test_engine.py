@@ -395,6 +395,36 @@ def test_snapshot_describes_queues_and_pool(tiny_lm):
     assert engine.history[-1].finished and not engine.history[-1].running
 
 
+def test_row_bucket_is_the_first_bucket_that_holds_the_rows_and_rejects_bad_counts():
+    from labsupport.engine.linear import ROW_BUCKETS, bucket_of
+    assert [bucket_of(m) for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 65, 500)] == [1, 2, 4, 4, 8, 8, 16, 16, 64, 64, 64, 64]
+    assert ROW_BUCKETS[-1] == 64
+    with pytest.raises(ValueError, match=r"m must be an integer >= 1, got 0"):
+        bucket_of(0)
+    with pytest.raises(TypeError, match="m must be an integer"):
+        bucket_of(1.5)
+
+
+def test_linear_and_measure_name_the_bad_argument():
+    from labsupport.engine.linear import Linear, measure
+    with pytest.raises(TypeError, match="weight must be a tensor, got list"):
+        Linear([[1.0]])
+    with pytest.raises(TypeError, match="bias must be a tensor or None, got list"):
+        Linear(torch.ones(2, 2), [1.0, 2.0])
+    with pytest.raises(TypeError, match="out_in must be True or False"):
+        Linear(torch.ones(2, 2), out_in="yes")
+    with pytest.raises(ValueError, match=r"bias must have shape \(3,\), got \(2,\)"):
+        Linear(torch.ones(2, 3), torch.ones(2))
+    lin = Linear(torch.ones(8, 4))
+    with pytest.raises(ValueError, match="linears must hold at least one matrix"):
+        measure([], 1)
+    with pytest.raises(ValueError, match="m must be an integer >= 1, got 0"):
+        measure([lin], 0)
+    with pytest.raises(ValueError, match="after must be one of .*got 'foo'"):
+        measure([lin], 2, "foo")
+    assert set(measure([lin], 2, "x W", repeats=1, rounds=1)) == set(lin.kernels)
+
+
 @pytest.mark.parametrize("out_in", [False, True])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_linear_helper_gives_x_w_plus_b_on_every_kernel(out_in, with_bias):

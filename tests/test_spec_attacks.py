@@ -70,7 +70,7 @@ def test_linear_takes_a_strided_bias_and_refuses_bad_shapes():
         Linear(w, torch.randn(1))
     with pytest.raises(ValueError, match="weight must be 2-D"):
         Linear(torch.randn(8))
-    with pytest.raises(TypeError, match="tensors"):
+    with pytest.raises(TypeError, match="weight must be a tensor, got list"):
         Linear([[1.0]])
 
 

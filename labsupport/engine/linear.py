@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from ..validation import check_choice, check_int
+from ..validation import check_bool, check_choice, check_int
 
 KERNELS = ("x W", "Wᵀ xᵀ", "oneDNN")
 """The three ways :class:`Linear` can compute ``x W + b`` (module docstring)."""
@@ -67,7 +67,13 @@ def _prepack(w_oi: torch.Tensor):
 
 
 def bucket_of(m: int) -> int:
-    """The :data:`ROW_BUCKETS` entry whose kernel runs ``m`` rows."""
+    """The :data:`ROW_BUCKETS` entry whose kernel runs ``m`` rows (the largest one past it).
+
+    Raises:
+        TypeError: ``m`` not an integer.
+        ValueError: ``m`` < 1.
+    """
+    check_int("m", m, 1)
     return next((b for b in ROW_BUCKETS if b >= m), ROW_BUCKETS[-1])
 
 
@@ -87,13 +93,16 @@ class Linear:
     ``(M, out)``, contiguous.
 
     Raises:
-        TypeError: ``weight`` / ``bias`` not tensors. ValueError: ``weight`` not 2-D, or ``bias``
-            not ``(out,)``.
+        TypeError: ``weight`` / ``bias`` not tensors, ``out_in`` not a bool. ValueError: ``weight``
+            not 2-D, or ``bias`` not ``(out,)``.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out_in: bool = False):
-        if not isinstance(weight, torch.Tensor) or (bias is not None and not isinstance(bias, torch.Tensor)):
-            raise TypeError(f"weight and bias must be tensors, got {type(weight).__name__}, {type(bias).__name__}")
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"weight must be a tensor, got {type(weight).__name__}")
+        if bias is not None and not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a tensor or None, got {type(bias).__name__}")
+        check_bool("out_in", out_in)
         if weight.dim() != 2:
             raise ValueError(f"weight must be 2-D, got shape {tuple(weight.shape)}")
         out = weight.shape[0] if out_in else weight.shape[1]
@@ -230,7 +239,20 @@ def measure(linears: list[Linear], m: int, after: str | None = None, repeats: in
     1.47 ms with ``x W`` throughout but 2.08 ms when the one-row steps ran ``Wᵀ xᵀ``).
     Kernels are timed in blocks (:func:`_passes`), the blocks alternating over ``rounds``;
     the median block is kept.
+
+    Returns:
+        ``{kernel: seconds}`` for one pass; with ``after`` the difference of two timings, so on
+        matrices too small to time it can come out a hair below zero.
+
+    Raises:
+        ValueError: no matrices, ``m`` / ``repeats`` / ``rounds`` < 1, or ``after`` not a kernel
+            of these matrices. TypeError: any of them not an integer.
     """
+    if not linears:
+        raise ValueError("linears must hold at least one matrix, got none")
+    check_int("m", m, 1)
+    if after is not None:
+        check_choice("after", after, linears[0].kernels)
     check_int("repeats", repeats, 1)
     check_int("rounds", rounds, 1)
     lin = linears[0]
