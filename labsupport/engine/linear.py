@@ -174,11 +174,9 @@ class Linear:
         for b, k in choices.items():
             check_choice("bucket", b, ROW_BUCKETS)
             check_choice("kernel", k, self.kernels)
-        lo = 0
-        for b in ROW_BUCKETS:
-            k = choices.get(b, self._kernel[b])
-            self._kernel[lo:b + 1] = [k] * (b + 1 - lo)
-            lo = b + 1
+        by_bucket = {**self.choices, **choices}
+        rows = range(1, ROW_BUCKETS[-1] + 1)
+        self._kernel = [by_bucket[1]] + [by_bucket[bucket_of(m)] for m in rows]     # index 0: an empty x
         used = set(self._kernel)
         for k in used:
             self._copy(k)
