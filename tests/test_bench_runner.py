@@ -94,3 +94,17 @@ def test_the_weight_pass_is_timed_from_the_caches_and_from_memory(tiny_lm, monke
     assert writes == [bench_engine.EVICT_BYTES // 4]               # the buffer only for the cold floor
     with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
         bench_engine.weight_pass_seconds(runner, repeats=0)
+
+
+def test_kv_slot_use_counts_slots_by_hand_and_paging_meets_its_bound(tiny_lm):
+    """Prompts of 5 and 7 tokens, 3 and 6 new, blocks of 4, both running at once. Seen after each
+    step (a request is freed in the step that samples its last token): step 1 holds 5 + 7 tokens in
+    2 + 2 blocks, step 2 6 + 8 in 2 + 2, then only the second: 9, 10, 11 in 3 blocks. So 56 tokens in
+    68 paged slots and in 7 × 32 reserved ones; at their longest 6 + 11 tokens in 2 + 3 blocks."""
+    from labsupport.bench.engine import kv_slot_use
+
+    use = kv_slot_use(tiny_lm, [list(range(1, 6)), list(range(1, 8))], [3, 6], block_size=4, num_blocks=16,
+                      max_running=2, reservation=32)
+    assert use["paged_steps"] == pytest.approx(56 / 68) and use["contiguous_steps"] == pytest.approx(56 / 224)
+    assert use["paged_final"] == pytest.approx(17 / 20) and use["contiguous_final"] == pytest.approx(17 / 64)
+    assert use["bound_steps"] == use["paged_steps"] and use["bound_final"] == use["paged_final"]
