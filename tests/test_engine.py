@@ -458,15 +458,15 @@ def test_linear_helper_gives_x_w_plus_b_on_every_kernel(out_in, with_bias):
 
 def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypatch):
     """A fake clock: each kernel costs what the table says; tune must pick the cheapest per bucket,
-    keep x W on a near-tie (< MARGIN), count the cost of switching after a one-row step, and cache
-    the choice per shape."""
+    keep x W on a near-tie (< MARGIN), count the cost of switching after a one-row step (up to 16
+    rows: verification steps), and cache the choice per shape."""
     from labsupport.engine import linear as L
 
     clock = [0.0]
     monkeypatch.setattr(L.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(L, "_TUNED", {})
     cost = {"x W": lambda m: 1.0 + m, "Wᵀ xᵀ": lambda m: 1.0 + 0.5 * m if m < 16 else 1.0 + 0.98 * m,
-            "oneDNN": lambda m: 2.0 if m <= 8 else 99.0 if m < 64 else 0.1 * m}
+            "oneDNN": lambda m: 2.0 if m <= 8 else 99.0 if m < 64 else 0.98 * (1.0 + m)}
     calls = []
     real_run = L.Linear.run
 
@@ -479,11 +479,37 @@ def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypa
     if "oneDNN" not in lins[0].kernels:
         pytest.skip("this torch build has no oneDNN linear")
     got = L.tune(lins)
-    expect = {1: "Wᵀ xᵀ", 2: "Wᵀ xᵀ", 4: "Wᵀ xᵀ", 8: "Wᵀ xᵀ", 16: "x W", 64: "oneDNN"}   # 16: 0.98× is a near-tie
+    # 16: 0.98× of x W alone, but x W pays two switches a step after the one-row Wᵀ xᵀ; 64 (timed alone): near-ties
+    expect = {1: "Wᵀ xᵀ", 2: "Wᵀ xᵀ", 4: "Wᵀ xᵀ", 8: "Wᵀ xᵀ", 16: "Wᵀ xᵀ", 64: "x W"}
     assert list(got.values()) == [expect] and lins[0].choices == lins[1].choices == expect
-    assert lins[0].copies == L.KERNELS                                              # every kernel still chosen
+    assert lins[0].copies == ("x W", "Wᵀ xᵀ") and lins[0].packed is None            # oneDNN's copy pruned
     n = len(calls)
     more = L.Linear(torch.randn(8, 12), torch.randn(12))
     assert L.tune([more]) == got and len(calls) == n and more.choices == expect       # cached: not timed again
     with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
         L.measure(lins, 2, repeats=0)
+
+
+def test_measure_repeats_a_short_pass_until_a_block_lasts_min_timed(monkeypatch):
+    """Fake clock, x W costs 3 units a pass at 2 rows: with MIN_TIMED = 0 each kernel runs its
+    repeats (1) after one untimed pass; with MIN_TIMED = 100 units, ⌈100 / 3⌉ = 34 of them."""
+    from labsupport.engine import linear as L
+
+    clock = [0.0]
+    monkeypatch.setattr(L.time, "perf_counter", lambda: clock[0])
+    calls = []
+    real_run = L.Linear.run
+
+    def fake_run(self, x, kernel):
+        clock[0] += 1.0 + x.shape[0]
+        calls.append(kernel)
+        return real_run(self, x, kernel)
+    monkeypatch.setattr(L.Linear, "run", fake_run)
+    lin = L.Linear(torch.randn(8, 12))
+    kernels = len(lin.kernels)
+    for floor, repeats in ((0.0, 1), (100.0, 34)):
+        monkeypatch.setattr(L, "MIN_TIMED", floor)
+        calls.clear()
+        times = L.measure([lin], 2, repeats=1, rounds=1)
+        assert times == {k: 3.0 for k in lin.kernels}
+        assert len(calls) == 2 + kernels * (repeats + 1)           # the calibrating pass, then each kernel

@@ -22,7 +22,7 @@ oneDNN prepacked                                        0.85   0.89   0.91   0.9
 
 On the EPYC four rows cost 1.6× one row with ``x W`` and 1.1× with ``Wᵀ xᵀ``; on the Xeon
 ``x W`` costs 1.25× and ``Wᵀ xᵀ`` 2×: the opposite choice. So no fixed rule is right. The runner
-*measures*, once per process and matrix shape (:func:`tune`, about 0.3 s for the tiny target),
+*measures*, once per process and matrix shape (:func:`tune`, about 0.8 s for the tiny target),
 the fastest kernel at each row bucket (:data:`ROW_BUCKETS`) and keeps only the weight copies the
 chosen kernels read. All give the same numbers up to float rounding (the engine's logits equal
 Hugging Face's within 1e-4, tested). On a GPU, or before tuning, ``x W`` on the model's own
@@ -32,6 +32,7 @@ layout is used and no copy is made. ``python -m labsupport.bench engine`` prints
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Iterable, Mapping
@@ -235,8 +236,8 @@ def measure(linears: list[Linear], m: int, after: str | None = None, repeats: in
     subtracted: decode steps and verification steps alternate in speculative decoding, and
     switching kernels between them costs time of its own (on a Xeon a 5-row forward took
     1.47 ms with ``x W`` throughout but 2.08 ms when the one-row steps ran ``Wᵀ xᵀ``).
-    Kernels are timed in blocks (:func:`_passes`), the blocks alternating over ``rounds``;
-    the median block is kept.
+    Kernels are timed in blocks (:func:`_passes`) of ``repeats`` passes — more where needed for
+    a block to last :data:`MIN_TIMED` —, the blocks alternating over ``rounds``; the median is kept.
 
     Returns:
         ``{kernel: seconds}`` for one pass; with ``after`` the difference of two timings, so on
@@ -256,6 +257,8 @@ def measure(linears: list[Linear], m: int, after: str | None = None, repeats: in
     lin = linears[0]
     x = torch.randn(m, lin.in_features, dtype=lin.dtype)
     one = torch.randn(1, lin.in_features, dtype=lin.dtype)
+    one_pass = _passes(linears, [(x, "x W")], 1)
+    repeats = max(repeats, math.ceil(MIN_TIMED / max(one_pass, 1e-7)))
     times: dict[str, list[float]] = {k: [] for k in lin.kernels}
     for _ in range(rounds):
         base = _passes(linears, [(one, after)], repeats) if after else 0.0
@@ -264,6 +267,14 @@ def measure(linears: list[Linear], m: int, after: str | None = None, repeats: in
             t.append(_passes(linears, steps, repeats) - base)
     return {k: statistics.median(t) for k, t in times.items()}
 
+
+MIN_TIMED = 1e-3
+"""Seconds each timed pass of :func:`measure` is repeated for at least (its ``repeats`` are raised to
+fill it). Measured on a Xeon, 8 processes each way, alternating: with a fixed 3 repeats a pass of
+the LM head alone (0.15 ms at one row) came out up to 10 % off by chance, 6 of 8 processes chose
+some kernel other than ``x W`` (once the LM head's one-row kernel), and the runner's v(4) was 1.25
+(1.20–1.31), v(8) 1.55 (1.51–1.80); with this floor 1 of 8, v(4) 1.20 (1.17–1.24), v(8) 1.52
+(1.47–1.57), for about 0.45 s more per process. A near-tie at 64 rows (prefill) can still flip."""
 
 MARGIN = 0.05
 """A kernel other than ``x W`` (the model's own layout, no extra copy) is chosen only if it is at
@@ -275,8 +286,9 @@ def _choose(linears: list[Linear], repeats: int) -> dict[int, str]:
         best = min(t, key=t.get)
         return best if t[best] < (1 - MARGIN) * t["x W"] else "x W"
     first = fastest(measure(linears, 1, repeats=repeats))
-    # verification-sized steps alternate with one-row steps; prefill-sized ones are timed alone, fewer times
-    return {1: first, **{b: fastest(measure(linears, b, after=first, repeats=repeats) if b <= 8 else
+    # verification-sized steps (γ + 1 rows, or a token tree of up to 16) alternate with one-row steps;
+    # prefill-sized ones are timed alone, in fewer rounds
+    return {1: first, **{b: fastest(measure(linears, b, after=first, repeats=repeats) if b <= 16 else
                                     measure(linears, b, repeats=1, rounds=2)) for b in ROW_BUCKETS[1:]}}
 
 
