@@ -169,12 +169,14 @@ def kv_slot_use(lm, prompts: list[list[int]], max_news: list[int], block_size: i
     """
     from ..engine import LLMEngine
     from ..sampling import GREEDY
+    from ..serving_math import internal_waste_fraction
 
     engine = LLMEngine(lm, block_size=block_size, num_blocks=num_blocks, max_num_seqs=max_running)
     for p, n in zip(prompts, max_news):
         engine.add_request(p, GREEDY.replace(ignore_eos=True), max_new_tokens=n)
     bm = engine.block_manager
-    tokens = paged = contiguous = bound = 0
+    tokens = paged = contiguous = 0
+    lengths: list[int] = []                                  # every running request's tokens, every step
     peak: dict[str, tuple[int, int]] = {}                    # request → (tokens, blocks) at its longest
     while engine.has_unfinished_requests():
         engine.step()
@@ -182,15 +184,16 @@ def kv_slot_use(lm, prompts: list[list[int]], max_news: list[int], block_size: i
         for rid, table in tables.items():
             n = bm.num_slots(rid)
             tokens += n
-            bound += blocks_needed(n, block_size) * block_size
+            lengths.append(n)
             peak[rid] = max(peak.get(rid, (0, 0)), (n, len(table)))
         paged += bm.num_used_blocks * block_size
         contiguous += len(tables) * reservation
     final_tokens = sum(t for t, _ in peak.values())
-    return {"paged_steps": tokens / paged, "contiguous_steps": tokens / contiguous, "bound_steps": tokens / bound,
+    return {"paged_steps": tokens / paged, "contiguous_steps": tokens / contiguous,
+            "bound_steps": 1 - internal_waste_fraction(lengths, block_size),
             "paged_final": final_tokens / (block_size * sum(b for _, b in peak.values())),
             "contiguous_final": final_tokens / (reservation * len(peak)),
-            "bound_final": final_tokens / (block_size * sum(blocks_needed(t, block_size) for t, _ in peak.values()))}
+            "bound_final": 1 - internal_waste_fraction([t for t, _ in peak.values()], block_size)}
 
 
 def main(argv: list[str] | None = None) -> int:
