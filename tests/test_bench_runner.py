@@ -45,6 +45,13 @@ def test_variant_speedups_and_the_batch_sweep_share_their_runs(tiny_lm, monkeypa
     assert min(row.measured_runs) <= row.measured <= max(row.measured_runs)
     shown = median_range(row.measured_runs, unit="×")
     assert "3 runs" in shown and f"{row.measured:.2f}×" in shown
+    # the prediction: the decoding phase sped up, the prompt's prefill (the plain run's, timed) not
+    plain = next(r for r in rows if r.method == "plain")
+    assert plain.decode_speedup == pytest.approx(1.0) and plain.predicted == pytest.approx(1.0)
+    assert row.prefill == plain.prefill > 0
+    assert row.decode_speedup == pytest.approx(row.tokens_per_round / (row.c_round + row.v))
+    assert row.predicted == pytest.approx((row.prefill + 4) / (row.prefill + 4 / row.decode_speedup))
+    assert min(1.0, row.decode_speedup) < row.predicted < max(1.0, row.decode_speedup)
 
     batches_run = []
     real_run = variants._run

@@ -125,3 +125,27 @@ def test_compare_with_engine_reports_identical_output(pair):
     row = compare_with_engine(target, draft, PROMPTS[0], 2, gamma=3, max_new_tokens=10, block_size=4, repeats=1)
     assert row.identical and row.pool_whole and row.batch == 2
     assert row.plain_tokens_per_s > 0 and row.spec_tokens_per_s > 0 and row.tokens_per_round >= 1
+
+
+def test_prefill_seconds_count_the_prompts_prefill_and_nothing_else(pair, monkeypatch):
+    """A clock that only the prompt's ``extend`` advances (1 s per prefill call, 0.001 s per round's
+    forward): ``prefill_seconds`` is the prefills, ``target_seconds`` the rounds."""
+    import types
+
+    import labsupport.speculative.engine as spec_engine
+
+    target, _ = pair
+    clock = {"t": 0.0}
+    real_extend = spec_engine.extend
+
+    def ticking_extend(runner, bm, feeds, **kw):
+        clock["t"] += 1.0 if "tree_parents" not in kw else 0.001   # the prefill has no tree argument
+        return real_extend(runner, bm, feeds, **kw)
+
+    monkeypatch.setattr(spec_engine, "extend", ticking_extend)
+    monkeypatch.setattr(spec_engine, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))   # this module's only
+    eng = SpeculativeEngine(target, NgramProposer(3), block_size=4, num_blocks=256, max_num_seqs=2)
+    eng.generate(PROMPTS[:4], GREEDY, max_new_tokens=8)         # two at a time: two admissions of two prompts
+    assert eng.prefill_seconds == pytest.approx(2.0)
+    assert eng.target_seconds == pytest.approx(0.001 * eng.num_rounds)
+    assert eng.draft_seconds == 0.0

@@ -66,6 +66,8 @@ class SpeculativeEngine(LLMEngine):
         num_verified_tokens: tokens fed to verification forwards (roots included), all sequences.
         draft_seconds / target_seconds: time drafting (the proposer's ``propose`` and ``observe``) /
             verifying (the target forward, acceptance, KV compaction) since construction.
+        prefill_seconds: time prefilling admitted prompts (not sped up by speculation: every
+            method pays it once per request) since construction.
         peak_blocks: most target blocks in use at once.
 
     Raises:
@@ -98,7 +100,7 @@ class SpeculativeEngine(LLMEngine):
         self.spec: dict[str, SpecSequence] = {}
         self._reserved: dict[str, int] = {}
         self.num_rounds = self.speculative_rounds = self.num_verified_tokens = self.peak_blocks = 0
-        self.draft_seconds = self.target_seconds = 0.0
+        self.draft_seconds = self.target_seconds = self.prefill_seconds = 0.0
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -187,7 +189,9 @@ class SpeculativeEngine(LLMEngine):
         todo = {rid: self.requests[rid].seq.token_ids[:-1] for rid in admitted
                 if len(self.requests[rid].seq.token_ids) > 1}
         every_row = bool(getattr(self.proposer, "needs_prompt_hidden", False))   # EAGLE reads every feature
+        t0 = time.perf_counter()
         out = extend(self.runner, bm, todo, all_logits=every_row, return_hidden=True) if todo else {}
+        self.prefill_seconds += time.perf_counter() - t0
         new = []
         for rid in admitted:
             self.requests[rid].metrics.first_scheduled_time = now

@@ -124,7 +124,7 @@ def measured_vs_predicted_figure(rows: Sequence, *, band: float = 0.15,
                          for r in rows], hoverinfo="text+x+y",
                    name=tr("methods (orange: batch 1, blue: batch 8)")),
     ])
-    fig.update_xaxes(title=tr("predicted = tokens per round / (c + v)"), range=[0, hi])
+    fig.update_xaxes(title=tr("predicted = (p + n) / (p + n / dec), dec = tokens per round / (c + v)"), range=[0, hi])
     fig.update_yaxes(title=tr("measured wall-clock speed-up"), range=[0, hi])
     return _style(fig, title, 430)
 
