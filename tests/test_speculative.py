@@ -541,6 +541,25 @@ def test_measure_costs_shapes(pair):
     cm = measure_costs(target, draft, PROMPT, gammas=[1, 2], repeats=2)
     assert set(cm.v) == {1, 2} and cm.t_target > 0 and cm.c > 0
     assert cm.predicted_speedup(2.0, 1) == pytest.approx(2.0 / (cm.c + cm.v[1]))
+    assert cm.prefill == pytest.approx(cm.t_prefill / cm.t_target) and cm.t_prefill > 0
+    assert cm.draft_prefill == pytest.approx(cm.t_draft_prefill / cm.t_target) and cm.t_draft_prefill > 0
+    assert measure_costs(target, None, PROMPT, gammas=[1], repeats=1).draft_prefill == 0.0
+
+
+def test_sweep_prediction_adds_the_prefill_and_the_drafts_prefill(pair):
+    """pred = (p + n) / (p + p_d + n / dec): the prefill (5 steps here) is not sped up, a draft model
+    prefills too (3 steps), n-gram lookup does not."""
+    from labsupport.bench.speculative import CostModel, speedup_sweep
+    from labsupport.speculative import DraftModelProposer, NgramProposer
+
+    target, draft = pair
+    costs = CostModel(t_target=1e-3, t_draft=5e-4, v={2: 1.5}, t_prefill=5e-3, t_draft_prefill=3e-3)
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    for make, p_d in ((lambda g: DraftModelProposer(draft, target, g), 3.0), (NgramProposer, 0.0)):
+        (row,) = speedup_sweep(target, make, PROMPT, params, [2], max_new_tokens=6, costs=costs, repeats=1)
+        assert (row.prefill, row.draft_prefill) == (pytest.approx(5.0), pytest.approx(p_d))
+        assert row.decode_speedup == pytest.approx(row.tokens_per_round / (row.mean_draft * row.c + row.v))
+        assert row.predicted == pytest.approx((5 + 6) / (5 + p_d + 6 / row.decode_speedup))
 
 
 # ----------------------------------------------------------------------------- figures and panels

@@ -9,8 +9,12 @@ temperature 0.8, on a prose prompt and a repetitive (JSON-like) one, it measures
   ``(1−α^(k+1))/(1−α)`` at the measured α (averaged over the rounds' draft lengths k);
 * the step costs: one target decode step, one draft decode step (c = ratio) and the
   verification cost v(γ) = a target forward over γ+1 tokens / one decode step;
-* the predicted speed-up ``E[tokens per round] / (γ·c + v(γ))`` and the measured wall-clock
-  speed-up over plain target decoding (``labsupport.generation.generate``);
+* the prompt's prefill in target steps, ``p`` (and the draft model's, ``p_d``: it must read the
+  prompt too), timed like the steps;
+* the speed-up of the decoding phase ``dec = E[tokens per round] / (γ·c + v(γ))``, the predicted
+  end-to-end speed-up for ``n`` new tokens ``(p + n) / (p + p_d + n / dec)`` (the prefill is not
+  sped up) and the measured wall-clock speed-up over plain target decoding
+  (``labsupport.generation.generate``);
 * in the paged engine: batch 1 vs batch 8, plain ``LLMEngine`` vs ``SpeculativeEngine``;
 * then the cheap-draft variants (self-speculation, Medusa heads, token trees, lookahead) of
   :mod:`labsupport.bench.speculative_variants` (``--no-variants`` skips them).
@@ -57,16 +61,29 @@ from labsupport.validation import check_int, check_token_ids
 class CostModel:
     """Measured step costs (seconds, fastest of the repeats) and the ratios the speed-up formula needs.
 
-    ``c = t_draft / t_target``; ``v[γ]`` = time of a target forward over γ+1 new tokens / t_target.
+    ``c = t_draft / t_target``; ``v[γ]`` = time of a target forward over γ+1 new tokens / t_target;
+    ``prefill`` / ``draft_prefill`` = the prompt's forward from an empty cache (target / draft) / t_target.
     """
 
     t_target: float
     t_draft: float
     v: dict[int, float]
+    t_prefill: float = 0.0
+    t_draft_prefill: float = 0.0
 
     @property
     def c(self) -> float:
         return self.t_draft / self.t_target
+
+    @property
+    def prefill(self) -> float:
+        """The target's prefill of the context, in target decode steps."""
+        return self.t_prefill / self.t_target
+
+    @property
+    def draft_prefill(self) -> float:
+        """The draft model's prefill of the context, in target decode steps (0 without a draft model)."""
+        return self.t_draft_prefill / self.t_target
 
     def predicted_speedup(self, tokens_per_round: float, gamma: int, c: float | None = None) -> float:
         """``E[tokens per round] / (γ·c + v(γ))`` (c defaults to the measured draft ratio)."""
@@ -76,10 +93,11 @@ class CostModel:
 @torch.no_grad()
 def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Sequence[int],
                   gammas: Sequence[int] = range(1, 9), repeats: int = 20) -> CostModel:
-    """Time one decode step of target and draft, and target forwards over γ+1 tokens.
+    """Time one decode step of target and draft, target forwards over γ+1 tokens, and the prefill.
 
     Each repeat times every measurement once, in turn (target 1 token, draft 1 token, target
-    γ+1 tokens for each γ), after ``context`` is in the KV cache; the fastest time of each
+    γ+1 tokens for each γ, after ``context`` is in the KV cache; then ``context`` itself from an
+    empty cache, target and draft: the prefill of a generation); the fastest time of each
     counts (other processes only ever add time) and interleaving keeps the ratios fair when
     the machine's load changes.
 
@@ -105,19 +123,26 @@ def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Seque
     for kv in models.values():
         kv.forward(context)
     jobs = [("target", 1)] + ([("draft", 1)] if draft is not None else []) + [("target", int(g) + 1) for g in gammas]
+    jobs += [(name, "prefill") for name in models]
     best = {job: float("inf") for job in jobs}
     for r in range(repeats + 2):
         for name, n in jobs:
             kv = models[name]
-            new = list(context[-n:]) if len(context) >= n else [0] * n
+            if n == "prefill":                                  # the whole context, from an empty cache
+                kv.reset()
+                new = list(context)
+            else:
+                new = list(context[-n:]) if len(context) >= n else [0] * n
             t = time.perf_counter()
             kv.forward(new)
             if r >= 2:
                 best[(name, n)] = min(best[(name, n)], time.perf_counter() - t)
-            kv.drop(n)
+            if n != "prefill":
+                kv.drop(n)
     t_target = best[("target", 1)]
     return CostModel(t_target=t_target, t_draft=best.get(("draft", 1), 0.0),
-                     v={int(g): best[("target", int(g) + 1)] / t_target for g in gammas})
+                     v={int(g): best[("target", int(g) + 1)] / t_target for g in gammas},
+                     t_prefill=best[("target", "prefill")], t_draft_prefill=best.get(("draft", "prefill"), 0.0))
 
 
 @dataclass
@@ -132,8 +157,11 @@ class SweepRow:
     mean_draft: float              # k̄, mean draft length actually proposed
     c: float                       # draft cost per drafted token / one target decode step
     v: float                       # verification cost v(round(k̄))
-    predicted: float               # tokens_per_round / (k̄·c + v)
-    free_verification: float       # tokens_per_round / (k̄·c + 1): the prediction if verification were free (v = 1)
+    prefill: float                 # the target's prefill of the prompt / one target decode step
+    draft_prefill: float           # the draft model's prefill of the prompt / one target decode step (0: n-gram)
+    decode_speedup: float          # tokens_per_round / (k̄·c + v): the decoding phase alone
+    predicted: float               # (prefill + n) / (prefill + draft_prefill + n / decode_speedup), n new tokens
+    free_verification: float       # tokens_per_round / (k̄·c + 1): the textbook formula (v = 1, no prefill)
     measured: float                # wall-clock speed-up: plain seconds / speculative seconds
     plain_seconds: float
     spec_seconds: float
@@ -146,7 +174,9 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
 
     Plain decoding is :func:`~labsupport.generation.generate` (no per-step records) with the
     same ``params``. For every γ the plain and the speculative run alternate ``repeats`` times
-    and the fastest of each counts, so a change in the machine's load hits both sides. For a
+    and the fastest of each counts, so a change in the machine's load hits both sides. Both runs
+    include the prompt's prefill, and so does the prediction (the draft model prefills the prompt
+    too; n-gram lookup has nothing to prefill). For a
     draft *model* c is the measured ``costs.c``; for a proposer without a model (n-gram) it is
     the proposer's own measured time per drafted token over a target decode step.
 
@@ -181,9 +211,12 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
         else:
             c = st.draft_seconds / max(st.proposed, 1) / costs.t_target
         v = costs.v.get(max(1, round(k_mean)), costs.v[max(costs.v)])
+        dec = st.tokens_per_round / (k_mean * c + v)
+        p, p_d = costs.prefill, (costs.draft_prefill if isinstance(prop, DraftModelProposer) else 0.0)
         rows.append(SweepRow(gamma=int(g), alpha=st.alpha, by_position=st.acceptance_by_position,
                              tokens_per_round=st.tokens_per_round, theory=st.theory_tokens_per_round,
-                             mean_draft=k_mean, c=c, v=v, predicted=st.tokens_per_round / (k_mean * c + v),
+                             mean_draft=k_mean, c=c, v=v, prefill=p, draft_prefill=p_d, decode_speedup=dec,
+                             predicted=(p + max_new_tokens) / (p + p_d + max_new_tokens / dec),
                              free_verification=st.tokens_per_round / (k_mean * c + 1.0), measured=plain_s / spec_s,
                              plain_seconds=plain_s, spec_seconds=spec_s))
     return rows
@@ -279,7 +312,8 @@ def run_pairs(target, draft, prompts: dict[str, str], gammas: list[int], temps: 
         ids = target.encode(text)
         costs = measure_costs(target, draft, ids, gammas=gammas, repeats=max(10, 5 * repeats))
         results["costs"][pname] = {"t_target_ms": 1e3 * costs.t_target, "t_draft_ms": 1e3 * costs.t_draft,
-                                   "c": costs.c, "v": costs.v}
+                                   "c": costs.c, "v": costs.v, "prefill": costs.prefill,
+                                   "draft_prefill": costs.draft_prefill}
         for temp in temps:
             params = SamplingParams(temperature=temp, seed=0, ignore_eos=True)
             for name, make in (("draft", lambda g: DraftModelProposer(draft, target, g)), ("ngram", NgramProposer)):
@@ -299,17 +333,21 @@ def _print_tables(res: dict, engine_rows: list[dict] | None) -> None:
     for pname, c in res["costs"].items():
         vs = "  ".join(f"v({g})={v:.2f}" for g, v in c["v"].items())
         print(f"\n[{pname}] target decode step {c['t_target_ms']:.2f} ms, draft {c['t_draft_ms']:.2f} ms "
-              f"→ c = {c['c']:.2f};  {vs}")
+              f"→ c = {c['c']:.2f};  {vs};  prefill of the prompt: target {c['prefill']:.1f} steps, "
+              f"draft {c['draft_prefill']:.1f}")
     hdr = (f"{'prompt':<10} {'T':>3} {'proposer':<6} {'γ':>2} {'α':>5} {'k̄':>4} {'tok/fwd':>7} {'theory':>6} "
-           f"{'Δ%':>5} {'c':>5} {'v':>5} {'pred':>5} {'v=1':>5} {'meas':>5}")
+           f"{'Δ%':>5} {'c':>5} {'v':>5} {'dec':>5} {'pred':>5} {'v=1':>5} {'meas':>5}")
     print("\n" + hdr + "\n" + "-" * len(hdr))
     for r in res["rows"]:
         d = 100 * (r["tokens_per_round"] - r["theory"]) / r["theory"]
         print(f"{r['prompt']:<10} {r['temperature']:>3g} {r['proposer']:<6} {r['gamma']:>2} {r['alpha']:>5.2f} "
               f"{r['mean_draft']:>4.1f} {r['tokens_per_round']:>7.2f} {r['theory']:>6.2f} {d:>5.1f} {r['c']:>5.2f} "
-              f"{r['v']:>5.2f} {r['predicted']:>5.2f} {r['free_verification']:>5.2f} {r['measured']:>5.2f}")
+              f"{r['v']:>5.2f} {r['decode_speedup']:>5.2f} {r['predicted']:>5.2f} {r['free_verification']:>5.2f} "
+              f"{r['measured']:>5.2f}")
     print("\nα: accepted/verified drafts; k̄: mean draft length; tok/fwd: tokens per target forward; theory: "
-          "(1−α^(k+1))/(1−α); pred: tok/fwd / (k̄c + v); v=1: the same with free verification; meas: wall-clock speed-up.")
+          "(1−α^(k+1))/(1−α); dec: tok/fwd / (k̄c + v), the decoding phase; pred: (p + n) / (p + p_d + n / dec), "
+          "the prefill p (and the draft's p_d) not sped up; v=1: tok/fwd / (k̄c + 1), free verification and no "
+          "prefill; meas: wall-clock speed-up.")
     if engine_rows:
         print(f"\n{'batch':>5} {'proposer':<11} {'γ':>2} {'plain tok/s':>11} {'spec tok/s':>10} {'speed-up':>8} "
               f"{'tok/fwd':>7} {'identical':>9} {'pool whole':>10}")

@@ -217,7 +217,8 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
 
     Args:
         series: name → ``{"measured": [...], "predicted": [...], "free_verification": [...]}``
-            (each per γ; ``"free_verification"`` = the prediction with v = 1, optional).
+            (each per γ; ``"predicted"``: with the measured c, v(γ) and the prompt's prefill;
+            ``"free_verification"`` = the textbook formula with v = 1, optional).
         title: figure title (default "Measured vs predicted speed-up").
     """
     title = tr("Measured vs predicted speed-up") if title is None else title
@@ -228,7 +229,7 @@ def measured_speedup_figure(gammas: Sequence[int], series: Mapping[str, Mapping[
         fig.add_trace(go.Scatter(x=list(gammas), y=list(d["measured"]), name=tr("{name}: measured", name=name),
                                  mode="lines+markers", line={"color": col, "width": 3}))
         if "predicted" in d:
-            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["predicted"]), name=f"{name}: E/(γc+v(γ))",
+            fig.add_trace(go.Scatter(x=list(gammas), y=list(d["predicted"]), name=tr("{name}: predicted (measured c, v, prefill)", name=name),
                                      mode="lines", line={"color": col, "dash": "dash", "width": 2}))
         if "free_verification" in d:
             fig.add_trace(go.Scatter(x=list(gammas), y=list(d["free_verification"]), name=tr("{name}: formula with v=1", name=name),
