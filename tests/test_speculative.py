@@ -544,6 +544,24 @@ def test_measure_costs_shapes(pair):
     assert cm.prefill == pytest.approx(cm.t_prefill / cm.t_target) and cm.t_prefill > 0
     assert cm.draft_prefill == pytest.approx(cm.t_draft_prefill / cm.t_target) and cm.t_draft_prefill > 0
     assert measure_costs(target, None, PROMPT, gammas=[1], repeats=1).draft_prefill == 0.0
+    with pytest.raises(TypeError, match="^paged must be"):
+        measure_costs(target, draft, PROMPT, gammas=[1], repeats=1, paged="yes")
+
+
+def test_measure_costs_times_each_model_the_way_it_runs(pair, monkeypatch):
+    """The draft always through a paged runner (DraftModelProposer's); the target with Hugging
+    Face's cache (speculative_generate's) or, with ``paged=True``, a paged runner (the engine's)."""
+    import labsupport.bench.speculative as bench_spec
+
+    target, draft = pair
+    made = []
+    real_runner, real_cached = bench_spec.ModelRunner, bench_spec.CachedLM
+    monkeypatch.setattr(bench_spec, "ModelRunner", lambda lm, *a: made.append(("paged", lm)) or real_runner(lm, *a))
+    monkeypatch.setattr(bench_spec, "CachedLM", lambda lm: made.append(("cached", lm)) or real_cached(lm))
+    for paged, kinds in ((False, [("cached", target), ("paged", draft)]), (True, [("paged", target), ("paged", draft)])):
+        made.clear()
+        cm = measure_costs(target, draft, PROMPT, gammas=[1, 3], repeats=1, paged=paged)
+        assert made == kinds and set(cm.v) == {1, 3} and cm.t_prefill > 0 and cm.t_draft_prefill > 0
 
 
 def test_sweep_prediction_adds_the_prefill_and_the_drafts_prefill(pair):

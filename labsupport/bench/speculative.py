@@ -38,6 +38,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from labsupport.engine import LLMEngine
+from labsupport.engine.block_manager import BlockManager
+from labsupport.engine.extend import extend
+from labsupport.engine.model_runner import ModelRunner
 from labsupport.generation import _prompt_ids, generate
 from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
@@ -52,7 +55,7 @@ from labsupport.speculative import (
     speculative_generate,
 )
 from labsupport.timing import median_range
-from labsupport.validation import check_int, check_token_ids
+from labsupport.validation import check_bool, check_int, check_token_ids
 
 # ============================================================================ step costs and the γ sweep
 
@@ -90,9 +93,48 @@ class CostModel:
         return tokens_per_round / (gamma * (self.c if c is None else c) + self.v[gamma])
 
 
+Job = tuple[Callable[[], object], Callable[[], object]]
+"""A timed call and the untimed call that undoes it (drops the tokens it added)."""
+
+
+def _cached_jobs(lm: LoadedModel, context: list[int], sizes: Sequence[int]) -> dict[object, Job]:
+    """Forwards of ``lm`` with Hugging Face's cache (as :func:`speculative_generate` runs the target):
+    ``n`` new tokens after ``context`` for each size, and ``"prefill"``, ``context`` from an empty cache."""
+    kv = CachedLM(lm)
+    kv.forward(context)
+
+    def prefill() -> None:
+        kv.reset()
+        kv.forward(context)
+
+    def forward(n: int) -> Job:
+        new = context[-n:] if len(context) >= n else [0] * n
+        return (lambda: kv.forward(new)), (lambda: kv.drop(n))
+
+    return {**{n: forward(n) for n in sizes}, "prefill": (prefill, lambda: None)}
+
+
+def _paged_jobs(lm: LoadedModel, context: list[int], sizes: Sequence[int]) -> dict[object, Job]:
+    """The same forwards through a paged runner of its own (as :class:`DraftModelProposer` drafts and
+    :class:`SpeculativeEngine` verifies)."""
+    blocks = blocks_needed(len(context) + max(sizes), 16) + 1
+    runner, bm = ModelRunner(lm, 16, blocks), BlockManager(blocks, 16)
+    extend(runner, bm, {0: context}, all_logits=False)
+
+    def prefill() -> None:
+        bm.free(0)
+        extend(runner, bm, {0: context}, all_logits=False)
+
+    def forward(n: int) -> Job:                 # n copies of the last token: a verification-sized step
+        return (lambda: extend(runner, bm, {0: context[-1:] * n}, all_logits=n > 1)), \
+            (lambda: bm.truncate(0, len(context)))
+
+    return {**{n: forward(n) for n in sizes}, "prefill": (prefill, lambda: None)}
+
+
 @torch.no_grad()
 def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Sequence[int],
-                  gammas: Sequence[int] = range(1, 9), repeats: int = 20) -> CostModel:
+                  gammas: Sequence[int] = range(1, 9), repeats: int = 20, *, paged: bool = False) -> CostModel:
     """Time one decode step of target and draft, target forwards over γ+1 tokens, and the prefill.
 
     Each repeat times every measurement once, in turn (target 1 token, draft 1 token, target
@@ -101,44 +143,42 @@ def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Seque
     counts (other processes only ever add time) and interleaving keeps the ratios fair when
     the machine's load changes.
 
+    Each model is timed the way it runs: by default as in
+    :func:`~labsupport.speculative.speculative_generate` (the target with its Hugging Face cache,
+    the draft model through the paged runner that :class:`~labsupport.speculative.DraftModelProposer`
+    drafts with); with ``paged=True`` both through the paged runner, as in
+    :class:`~labsupport.speculative.SpeculativeEngine`.
+
     Args:
         context: token ids already in the KV cache when timing (e.g. a prompt).
         gammas: draft lengths whose verification cost ``v(γ)`` is measured.
         repeats: timed rounds (two untimed warm-up rounds come first); wall-clock, so use one
             torch thread.
+        paged: time the target through the paged runner too (the engine's costs).
 
     Returns:
         :class:`CostModel` (``t_draft = 0`` when ``draft`` is None, e.g. for n-gram lookup).
 
     Raises:
         TypeError / ValueError: ``repeats`` not an integer >= 1, ``context`` empty or not token
-            ids of ``target``, a γ not an integer >= 1.
+            ids of ``target``, a γ not an integer >= 1, ``paged`` not a bool.
     """
     check_int("repeats", repeats, 1)
+    check_bool("paged", paged)
     context = check_token_ids("context", context, int(target.model.config.vocab_size))
     gammas = [check_int("gammas[i]", g, 1) for g in gammas]
-    models = {"target": CachedLM(target)}
+    sizes = [1] + [int(g) + 1 for g in gammas]
+    jobs = {("target", n): job for n, job in (_paged_jobs if paged else _cached_jobs)(target, context, sizes).items()}
     if draft is not None:
-        models["draft"] = CachedLM(draft)
-    for kv in models.values():
-        kv.forward(context)
-    jobs = [("target", 1)] + ([("draft", 1)] if draft is not None else []) + [("target", int(g) + 1) for g in gammas]
-    jobs += [(name, "prefill") for name in models]
+        jobs.update({("draft", n): job for n, job in _paged_jobs(draft, context, [1]).items()})
     best = {job: float("inf") for job in jobs}
     for r in range(repeats + 2):
-        for name, n in jobs:
-            kv = models[name]
-            if n == "prefill":                                  # the whole context, from an empty cache
-                kv.reset()
-                new = list(context)
-            else:
-                new = list(context[-n:]) if len(context) >= n else [0] * n
+        for job, (run, undo) in jobs.items():
             t = time.perf_counter()
-            kv.forward(new)
+            run()
             if r >= 2:
-                best[(name, n)] = min(best[(name, n)], time.perf_counter() - t)
-            if n != "prefill":
-                kv.drop(n)
+                best[job] = min(best[job], time.perf_counter() - t)
+            undo()
     t_target = best[("target", 1)]
     return CostModel(t_target=t_target, t_draft=best.get(("draft", 1), 0.0),
                      v={int(g): best[("target", int(g) + 1)] / t_target for g in gammas},
@@ -176,9 +216,9 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
     same ``params``. For every γ the plain and the speculative run alternate ``repeats`` times
     and the fastest of each counts, so a change in the machine's load hits both sides. Both runs
     include the prompt's prefill, and so does the prediction (the draft model prefills the prompt
-    too; n-gram lookup has nothing to prefill). For a
-    draft *model* c is the measured ``costs.c``; for a proposer without a model (n-gram) it is
-    the proposer's own measured time per drafted token over a target decode step.
+    too; n-gram lookup has nothing to prefill). c is the proposer's own drafting time per drafted
+    token in the (last) speculative run over a target decode step: for a draft model its forwards
+    and, when sampling, drawing each token from q; for n-gram lookup the search.
 
     Args:
         make_proposer: γ → a fresh proposer (e.g. ``lambda g: DraftModelProposer(draft, target, g)``).
@@ -206,10 +246,7 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
             plain_s, spec_s = min(plain_s, t1 - t0), min(spec_s, t2 - t1)
         st = res.stats
         k_mean = st.mean_draft_length
-        if isinstance(prop, DraftModelProposer):
-            c = costs.c
-        else:
-            c = st.draft_seconds / max(st.proposed, 1) / costs.t_target
+        c = st.draft_seconds / max(st.proposed, 1) / costs.t_target    # this run's drafting, sampling included
         v = costs.v.get(max(1, round(k_mean)), costs.v[max(costs.v)])
         dec = st.tokens_per_round / (k_mean * c + v)
         p, p_d = costs.prefill, (costs.draft_prefill if isinstance(prop, DraftModelProposer) else 0.0)
