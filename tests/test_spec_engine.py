@@ -128,8 +128,9 @@ def test_compare_with_engine_reports_identical_output(pair):
 
 
 def test_prefill_seconds_count_the_prompts_prefill_and_nothing_else(pair, monkeypatch):
-    """A clock that only the prompt's ``extend`` advances (1 s per prefill call, 0.001 s per round's
-    forward): ``prefill_seconds`` is the prefills, ``target_seconds`` the rounds."""
+    """A clock that only the prompt's ``extend`` (1 s per prefill call, 0.001 s per round's forward) and
+    the proposer's start (0.25 s) advance: ``prefill_seconds`` is the prefills and the starts,
+    ``target_seconds`` the rounds."""
     import types
 
     import labsupport.speculative.engine as spec_engine
@@ -144,8 +145,16 @@ def test_prefill_seconds_count_the_prompts_prefill_and_nothing_else(pair, monkey
 
     monkeypatch.setattr(spec_engine, "extend", ticking_extend)
     monkeypatch.setattr(spec_engine, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))   # this module's only
-    eng = SpeculativeEngine(target, NgramProposer(3), block_size=4, num_blocks=256, max_num_seqs=2)
+    proposer = NgramProposer(3)
+    real_start = proposer.start
+
+    def slow_start(engine, seqs):                              # a proposer's own prompt work (0.25 s)
+        clock["t"] += 0.25
+        return real_start(engine, seqs)
+
+    proposer.start = slow_start
+    eng = SpeculativeEngine(target, proposer, block_size=4, num_blocks=256, max_num_seqs=2)
     eng.generate(PROMPTS[:4], GREEDY, max_new_tokens=8)         # two at a time: two admissions of two prompts
-    assert eng.prefill_seconds == pytest.approx(2.0)
+    assert eng.prefill_seconds == pytest.approx(2 * (1.0 + 0.25))
     assert eng.target_seconds == pytest.approx(0.001 * eng.num_rounds)
     assert eng.draft_seconds == 0.0

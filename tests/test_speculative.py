@@ -546,6 +546,9 @@ def test_measure_costs_shapes(pair):
     assert measure_costs(target, None, PROMPT, gammas=[1], repeats=1).draft_prefill == 0.0
     with pytest.raises(TypeError, match="^paged must be"):
         measure_costs(target, draft, PROMPT, gammas=[1], repeats=1, paged="yes")
+    limit = target.model.config.n_positions
+    with pytest.raises(ValueError, match=f"^context must leave room.*at most {limit - 4} tokens, got {limit - 3}"):
+        measure_costs(target, draft, [5] * (limit - 3), gammas=[3], repeats=1)
 
 
 def test_measure_costs_times_each_model_the_way_it_runs(pair, monkeypatch):
@@ -564,20 +567,45 @@ def test_measure_costs_times_each_model_the_way_it_runs(pair, monkeypatch):
         assert made == kinds and set(cm.v) == {1, 3} and cm.t_prefill > 0 and cm.t_draft_prefill > 0
 
 
-def test_sweep_prediction_adds_the_prefill_and_the_drafts_prefill(pair):
-    """pred = (p + n) / (p + p_d + n / dec): the prefill (5 steps here) is not sped up, a draft model
-    prefills too (3 steps), n-gram lookup does not."""
+def test_sweep_prediction_adds_the_prefill_and_the_drafts_prefill(pair, monkeypatch):
+    """pred = (p + n − 1) / (p + p_d + n / dec): the prefill (5 steps here) is not sped up and gives
+    plain decoding its first token, a draft model prefills too (3 steps), n-gram lookup does not;
+    c is the run's own drafting time per drafted token (not the costs' 0.5)."""
+    import labsupport.bench.speculative as bench_spec
     from labsupport.bench.speculative import CostModel, speedup_sweep
     from labsupport.speculative import DraftModelProposer, NgramProposer
 
     target, draft = pair
+    runs = []
+    real = bench_spec.speculative_generate
+    monkeypatch.setattr(bench_spec, "speculative_generate", lambda *a, **kw: runs.append(real(*a, **kw)) or runs[-1])
     costs = CostModel(t_target=1e-3, t_draft=5e-4, v={2: 1.5}, t_prefill=5e-3, t_draft_prefill=3e-3)
     params = SamplingParams(temperature=0.0, ignore_eos=True)
     for make, p_d in ((lambda g: DraftModelProposer(draft, target, g), 3.0), (NgramProposer, 0.0)):
         (row,) = speedup_sweep(target, make, PROMPT, params, [2], max_new_tokens=6, costs=costs, repeats=1)
+        st = runs[-1].stats
         assert (row.prefill, row.draft_prefill) == (pytest.approx(5.0), pytest.approx(p_d))
+        assert row.c == pytest.approx(st.draft_seconds / max(st.proposed, 1) / 1e-3)
         assert row.decode_speedup == pytest.approx(row.tokens_per_round / (row.mean_draft * row.c + row.v))
-        assert row.predicted == pytest.approx((5 + 6) / (5 + p_d + 6 / row.decode_speedup))
+        assert row.predicted == pytest.approx((5 + 6 - 1) / (5 + p_d + 6 / row.decode_speedup))
+    no_draft = CostModel(t_target=1e-3, t_draft=0.0, v={2: 1.5}, t_prefill=5e-3)
+    with pytest.raises(ValueError, match="draft=None"):
+        speedup_sweep(target, lambda g: DraftModelProposer(draft, target, g), PROMPT, params, [2],
+                      max_new_tokens=6, costs=no_draft, repeats=1)
+
+
+@pytest.mark.parametrize("kw, err, name", [({"t_target": 0.0}, ValueError, "t_target"),
+                                           ({"t_prefill": -5.0}, ValueError, "t_prefill"),
+                                           ({"t_draft_prefill": "x"}, TypeError, "t_draft_prefill"),
+                                           ({"t_draft": float("nan")}, ValueError, "t_draft"),
+                                           ({"v": [1.2]}, TypeError, "v must be a dict"),
+                                           ({"v": {0: 1.2}}, ValueError, "γ"),
+                                           ({"v": {2: -1.0}}, ValueError, r"v\[2\]")])
+def test_cost_model_refuses_bad_times(kw, err, name):
+    from labsupport.bench.speculative import CostModel
+
+    with pytest.raises(err, match=name):
+        CostModel(**{"t_target": 1e-3, "t_draft": 5e-4, "v": {2: 1.5}, **kw})
 
 
 # ----------------------------------------------------------------------------- figures and panels

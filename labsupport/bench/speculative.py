@@ -12,8 +12,8 @@ temperature 0.8, on a prose prompt and a repetitive (JSON-like) one, it measures
 * the prompt's prefill in target steps, ``p`` (and the draft model's, ``p_d``: it must read the
   prompt too), timed like the steps;
 * the speed-up of the decoding phase ``dec = E[tokens per round] / (γ·c + v(γ))``, the predicted
-  end-to-end speed-up for ``n`` new tokens ``(p + n) / (p + p_d + n / dec)`` (the prefill is not
-  sped up) and the measured wall-clock speed-up over plain target decoding
+  end-to-end speed-up for ``n`` new tokens ``(p + n − 1) / (p + p_d + n / dec)`` (the prefill is not
+  sped up; plain decoding's first token comes from the prefill) and the measured wall-clock speed-up over plain target decoding
   (``labsupport.generation.generate``);
 * in the paged engine: batch 1 vs batch 8, plain ``LLMEngine`` vs ``SpeculativeEngine``;
 * then the cheap-draft variants (self-speculation, Medusa heads, token trees, lookahead) of
@@ -55,7 +55,7 @@ from labsupport.speculative import (
     speculative_generate,
 )
 from labsupport.timing import median_range
-from labsupport.validation import check_bool, check_int, check_token_ids
+from labsupport.validation import check_bool, check_int, check_real, check_token_ids
 
 # ============================================================================ step costs and the γ sweep
 
@@ -73,6 +73,18 @@ class CostModel:
     v: dict[int, float]
     t_prefill: float = 0.0
     t_draft_prefill: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Raises: TypeError / ValueError: a time that is not a finite number (``t_target`` > 0, the
+        others ≥ 0), ``v`` not a dict of γ ≥ 1 → cost > 0."""
+        check_real("t_target", self.t_target, 0.0, low_open=True)
+        for name in ("t_draft", "t_prefill", "t_draft_prefill"):
+            check_real(name, getattr(self, name), 0.0)
+        if not isinstance(self.v, dict):
+            raise TypeError(f"v must be a dict {{γ: cost}}, got {type(self.v).__name__}")
+        for g, cost in self.v.items():
+            check_int("v's γ", g, 1)
+            check_real(f"v[{g}]", cost, 0.0, low_open=True)
 
     @property
     def c(self) -> float:
@@ -161,13 +173,18 @@ def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Seque
 
     Raises:
         TypeError / ValueError: ``repeats`` not an integer >= 1, ``context`` empty or not token
-            ids of ``target``, a γ not an integer >= 1, ``paged`` not a bool.
+            ids of ``target`` or too long for the models' positions with γ + 1 more, a γ not an
+            integer >= 1, ``paged`` not a bool.
     """
     check_int("repeats", repeats, 1)
     check_bool("paged", paged)
     context = check_token_ids("context", context, int(target.model.config.vocab_size))
     gammas = [check_int("gammas[i]", g, 1) for g in gammas]
     sizes = [1] + [int(g) + 1 for g in gammas]
+    limit = min(int(m.model.config.n_positions) for m in (target, draft) if m is not None)
+    if len(context) + max(sizes) > limit:
+        raise ValueError(f"context must leave room for the largest forward ({max(sizes)} tokens) within the "
+                         f"models' {limit} positions: at most {limit - max(sizes)} tokens, got {len(context)}")
     jobs = {("target", n): job for n, job in (_paged_jobs if paged else _cached_jobs)(target, context, sizes).items()}
     if draft is not None:
         jobs.update({("draft", n): job for n, job in _paged_jobs(draft, context, [1]).items()})
@@ -200,7 +217,7 @@ class SweepRow:
     prefill: float                 # the target's prefill of the prompt / one target decode step
     draft_prefill: float           # the draft model's prefill of the prompt / one target decode step (0: n-gram)
     decode_speedup: float          # tokens_per_round / (k̄·c + v): the decoding phase alone
-    predicted: float               # (prefill + n) / (prefill + draft_prefill + n / decode_speedup), n new tokens
+    predicted: float               # (prefill + n − 1) / (prefill + draft_prefill + n / decode_speedup), n new tokens
     free_verification: float       # tokens_per_round / (k̄·c + 1): the textbook formula (v = 1, no prefill)
     measured: float                # wall-clock speed-up: plain seconds / speculative seconds
     plain_seconds: float
@@ -222,14 +239,21 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
 
     Args:
         make_proposer: γ → a fresh proposer (e.g. ``lambda g: DraftModelProposer(draft, target, g)``).
-        params: sampling settings; use ``ignore_eos=True`` so both runs emit ``max_new_tokens``.
-        costs: from :func:`measure_costs` on the same machine (its ``v`` must cover the γs).
+        params: sampling settings; use ``ignore_eos=True`` so both runs emit ``max_new_tokens``
+            (the prediction counts the tokens each run made).
+        costs: from :func:`measure_costs` on the same machine (its ``v`` must cover the γs; with
+            the draft model when the proposers draft with one, for its prefill).
+
+    The prediction: plain decoding costs ``p + n − 1`` target steps (the prefill's forward already
+    gives the first token), speculative decoding ``p + p_d + n / dec`` (it prefills all of the prompt
+    but its last token, which the first round feeds).
 
     Returns:
         One :class:`SweepRow` per γ.
 
     Raises:
-        TypeError / ValueError: ``repeats`` not an integer >= 1.
+        TypeError / ValueError: ``repeats`` not an integer >= 1. ValueError: a draft-model
+            proposer with ``costs`` measured without the draft model (no draft prefill).
     """
     check_int("repeats", repeats, 1)
     ids = _prompt_ids(target, prompt)
@@ -239,7 +263,7 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
         plain_s = spec_s = float("inf")
         for _ in range(repeats):
             t0 = time.perf_counter()
-            generate(target, ids, params, max_new_tokens=max_new_tokens, record=False)
+            plain = generate(target, ids, params, max_new_tokens=max_new_tokens, record=False)
             t1 = time.perf_counter()
             res = speculative_generate(target, prop, ids, params, max_new_tokens=max_new_tokens)
             t2 = time.perf_counter()
@@ -250,10 +274,14 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
         v = costs.v.get(max(1, round(k_mean)), costs.v[max(costs.v)])
         dec = st.tokens_per_round / (k_mean * c + v)
         p, p_d = costs.prefill, (costs.draft_prefill if isinstance(prop, DraftModelProposer) else 0.0)
+        if isinstance(prop, DraftModelProposer) and costs.t_draft_prefill == 0:
+            raise ValueError("costs holds no draft prefill (measure_costs ran with draft=None), but the proposer "
+                             "drafts with a model: measure the costs with that draft model")
+        n_plain, n_spec = len(plain.token_ids), len(res.token_ids)
         rows.append(SweepRow(gamma=int(g), alpha=st.alpha, by_position=st.acceptance_by_position,
                              tokens_per_round=st.tokens_per_round, theory=st.theory_tokens_per_round,
                              mean_draft=k_mean, c=c, v=v, prefill=p, draft_prefill=p_d, decode_speedup=dec,
-                             predicted=(p + max_new_tokens) / (p + p_d + max_new_tokens / dec),
+                             predicted=(p + n_plain - 1) / (p + p_d + n_spec / dec),
                              free_verification=st.tokens_per_round / (k_mean * c + 1.0), measured=plain_s / spec_s,
                              plain_seconds=plain_s, spec_seconds=spec_s))
     return rows
@@ -382,7 +410,7 @@ def _print_tables(res: dict, engine_rows: list[dict] | None) -> None:
               f"{r['v']:>5.2f} {r['decode_speedup']:>5.2f} {r['predicted']:>5.2f} {r['free_verification']:>5.2f} "
               f"{r['measured']:>5.2f}")
     print("\nα: accepted/verified drafts; k̄: mean draft length; tok/fwd: tokens per target forward; theory: "
-          "(1−α^(k+1))/(1−α); dec: tok/fwd / (k̄c + v), the decoding phase; pred: (p + n) / (p + p_d + n / dec), "
+          "(1−α^(k+1))/(1−α); dec: tok/fwd / (k̄c + v), the decoding phase; pred: (p + n − 1) / (p + p_d + n / dec), "
           "the prefill p (and the draft's p_d) not sped up; v=1: tok/fwd / (k̄c + 1), free verification and no "
           "prefill; meas: wall-clock speed-up.")
     if engine_rows:

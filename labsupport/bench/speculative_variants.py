@@ -14,11 +14,12 @@ and — as the baseline without any model, chapter 06's — n-gram prompt lookup
   drafting), both
   in units of one plain round of the same run, and ``v_forward``: a bare target forward over the
   round's mean number of nodes timed apart (fastest of repeats), for comparison;
-* the prompt's prefill ``p`` in plain rounds: paid once per request by every method, not sped up;
+* the prompt's prefill ``p`` in plain rounds (the target's forward over the prompt and the
+  proposer's start: EAGLE's head reads the prompt's features too): paid once per request, not sped up;
 * the speed-up of the decoding phase ``tokens per round / (c_round + v)`` (what a long generation
-  approaches), the predicted end-to-end speed-up with the prefill, ``(p + n) / (p + n·(c_round +
-  v) / tokens per round)`` for ``n`` new tokens (Amdahl's law: the prefill is the part that does not
-  shrink), and the measured wall-clock speed-up over plain decoding through the same engine: each
+  approaches), the predicted end-to-end speed-up with the prefill, ``(p₀ + n) / (p + n·(c_round +
+  v) / tokens per round)`` for ``n`` new tokens, ``p₀`` plain decoding's prefill (Amdahl's law: the
+  prefill is the part that does not shrink), and the measured wall-clock speed-up over plain decoding through the same engine: each
   repeat runs plain and the method back to back, the speed-up is the median of those paired
   ratios, printed with their range;
 * extra memory (parameters; nodes per round);
@@ -109,9 +110,9 @@ class MethodRow:
     c_round: float                  # drafting time per round / one plain round
     v: float                        # verification time per round / one plain round
     v_forward: float                # a bare forward over the mean nodes / a bare 1-token forward (timed apart)
-    prefill: float                  # the plain run's prompt prefill / one plain round (the same prompts for every method)
+    prefill: float                  # this method's prompt prefill (target forward + proposer start) / one plain round
     decode_speedup: float           # tokens_per_round / (c_round + v): the decoding phase alone
-    predicted: float                # (prefill + n) / (prefill + n / decode_speedup), n = new tokens (plain rounds)
+    predicted: float                # (plain's prefill + n) / (prefill + n / decode_speedup), n = new tokens (plain rounds)
     measured: float                 # median of measured_runs
     measured_runs: list[float]      # plain seconds / method seconds per repeat (run back to back), same engine
     seconds: float
@@ -164,7 +165,7 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
             plain_outs = runs["plain"][1]
             t_round = (parts["plain"][0] + parts["plain"][1]) / parts["plain"][2]
             n = parts["plain"][2]                                # plain rounds: one token per sequence each
-            prefill = parts["plain"][3] / t_round                # the same prompts' prefill, in plain rounds
+            prefill = {m: parts[m][3] / t_round for m in methods}  # each method's prefill, in plain rounds
             ratios = {m: [p[0] / t[0] for p, t in zip(timed["plain"], timed[m])] for m in methods}
             for m in methods:
                 eng, outs = runs[m]
@@ -178,8 +179,8 @@ def measure_methods(target: LoadedModel, methods: dict[str, Callable[[], object]
                 heads = getattr(eng.proposer, "heads", None) or getattr(eng.proposer, "head", None)   # Medusa, EAGLE
                 rows.append(MethodRow(method=m, prompt=pname, batch=batch, alpha_by_position=st.acceptance_by_position,
                                       tokens_per_round=tpr, nodes_per_round=nodes, c_round=c, v=v,
-                                      v_forward=t_nodes / fwd[1], prefill=prefill, decode_speedup=decode,
-                                      predicted=(prefill + n) / (prefill + n / decode),
+                                      v_forward=t_nodes / fwd[1], prefill=prefill[m], decode_speedup=decode,
+                                      predicted=(prefill["plain"] + n) / (prefill[m] + n / decode),
                                       measured=statistics.median(ratios[m]),
                                       measured_runs=ratios[m], seconds=parts_s[m], plain_seconds=plain_s,
                                       extra_parameters=heads.num_parameters if heads is not None else 0,
@@ -251,8 +252,9 @@ def print_rows(rows: list[MethodRow]) -> None:
           "forward; nodes: tokens verified per forward; c: drafting and v: verifying per round, both in plain "
           "rounds of the same run; v_fwd: a bare forward over that many nodes / one token, timed apart; params: "
           "extra weights; KV kB: the candidates' KV per sequence during verification; pre: the prompt's prefill in "
-          "plain rounds (paid once by every method); dec = tok/fwd / (c + v): the decoding phase's speed-up; "
-          "pred = (pre + n) / (pre + n / dec) for n new tokens: end to end, the prefill not sped up; meas: "
+          "plain rounds (the target's and the proposer's, paid once); dec = tok/fwd / (c + v): the decoding phase's "
+          "speed-up; pred = (plain's pre + n) / (pre + n / dec) for n new tokens: end to end, the prefill not sped "
+          "up; meas: "
           "wall-clock speed-up over plain decoding (median of the repeats, each plain and the method back to back), "
           "range: the repeats' lowest and highest.")
 
@@ -282,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     for prompt, goal in GOALS.items():                  # the issue's goals: the best method per prompt at batch 1
         top = max((r for r in rows if r.batch == 1 and r.method != "plain" and r.prompt == prompt),
                   key=lambda r: r.measured)
-        share = top.prefill / (top.prefill + args.max_new_tokens)
+        plain = next(r for r in rows if (r.batch, r.method, r.prompt) == (1, "plain", prompt))
+        share = plain.prefill / (plain.prefill + args.max_new_tokens)
         print(f"\nbest at batch 1 on the {prompt} prompt: {top.method}, end to end "
               f"{median_range(top.measured_runs, unit='×')} (goal {goal}×: {'met' if top.measured >= goal else 'missed'}); "
               f"the decoding phase {top.decode_speedup:.2f}× (goal {'met' if top.decode_speedup >= goal else 'missed'}), "

@@ -66,8 +66,9 @@ class SpeculativeEngine(LLMEngine):
         num_verified_tokens: tokens fed to verification forwards (roots included), all sequences.
         draft_seconds / target_seconds: time drafting (the proposer's ``propose`` and ``observe``) /
             verifying (the target forward, acceptance, KV compaction) since construction.
-        prefill_seconds: time prefilling admitted prompts (not sped up by speculation: every
-            method pays it once per request) since construction.
+        prefill_seconds: time prefilling admitted prompts — the target's forward over each prompt
+            and the proposer's ``start`` (a draft model prefilling the prompt too, EAGLE its head's
+            window) — since construction: paid once per request, not sped up by speculation.
         peak_blocks: most target blocks in use at once.
 
     Raises:
@@ -191,7 +192,6 @@ class SpeculativeEngine(LLMEngine):
         every_row = bool(getattr(self.proposer, "needs_prompt_hidden", False))   # EAGLE reads every feature
         t0 = time.perf_counter()
         out = extend(self.runner, bm, todo, all_logits=every_row, return_hidden=True) if todo else {}
-        self.prefill_seconds += time.perf_counter() - t0
         new = []
         for rid in admitted:
             self.requests[rid].metrics.first_scheduled_time = now
@@ -200,8 +200,9 @@ class SpeculativeEngine(LLMEngine):
             if every_row:
                 s.state["prompt_hidden"] = out[rid][0] if rid in out else None
             new.append(s)
-        if self.proposer is not None:
+        if self.proposer is not None:                                # a draft model's prefill, EAGLE's window
             self.proposer.start(self, new)
+        self.prefill_seconds += time.perf_counter() - t0
         return admitted
 
     def _spec_sequence(self, req) -> SpecSequence:
