@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     report["device"] = str(device)
     report["torch_threads"] = torch.get_num_threads()
     report["cuda"] = torch.cuda.is_available()
+    from .engine.native_attention import unavailable_reason
+
+    why = unavailable_reason()                     # not a problem: the engine then gathers (TORCH_SDPA)
+    report["attention_backend"] = "CPU_ATTN" if why is None else f"TORCH_SDPA (CPU_ATTN unavailable: {why})"
     report["models"] = {}
     if not args.no_model:
         for name in SHIPPED:
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, ver in report["packages"].items():
             print(f"  {name:<20} {ver or 'MISSING'}")
         print(f"device: {report['device']} (torch threads: {report['torch_threads']})")
+        print(f"engine attention on the CPU: {report['attention_backend']}")
         for name, info in report["models"].items():
             if "error" in info:
                 print(f"model {name}: ERROR {info['error']}")

@@ -20,8 +20,9 @@ inside a block the slots, each holding all heads of one token (``H·D`` numbers 
 writing a new token is one row per slot. The gather copies each sequence's blocks (one
 ``index_select``, only up to the longest context) into ``(B, C, H, D)`` and *views* it as
 ``(B, H, C, D)`` by swapping two strides; ``scaled_dot_product_attention`` takes that strided
-tensor without another copy. A kernel such as vLLM's reads the blocks in place instead of
-copying them. The mask is built once per step and only when some query must not see some key
+tensor without another copy. This is the ``TORCH_SDPA`` backend, the reference; a kernel such
+as vLLM's reads the blocks in place instead of copying them (the ``CPU_ATTN`` backend,
+:mod:`labsupport.engine.native_attention`, checked against this module). The mask is built once per step and only when some query must not see some key
 (a prompt's causal triangle, contexts of different lengths, a token tree). Shapes: ``N`` new
 tokens, ``B`` sequences, ``Q`` most new tokens of one sequence, ``C`` longest context (key
 slots per sequence), ``H`` heads, ``D`` head dim.
@@ -58,6 +59,9 @@ class AttentionMetadata:
         query_lens: new tokens per sequence (Python list, length B).
         context_lens: tokens each sequence attends over after this step, ``start + query_len``
             (Python list, length B); ``C = max(context_lens)``.
+        lens: ``(2, B)`` int64, ``query_lens`` and ``context_lens`` as one tensor (what the in-place
+            kernel of :mod:`labsupport.engine.native_attention` reads).
+        tree: some sequence's new tokens form a token tree (``tree_parents`` given).
 
     With a token tree, ``positions`` are ``start + depth`` while ``slot_mapping`` follows the
     order of the new tokens (``start + i``), and ``mask`` lets a tree token see only the
@@ -71,6 +75,8 @@ class AttentionMetadata:
     query_index: torch.Tensor | None
     query_lens: list[int]
     context_lens: list[int]
+    lens: torch.Tensor
+    tree: bool = False
 
     @property
     def num_seqs(self) -> int:
@@ -89,7 +95,7 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                    block_tables: Sequence[Sequence[int]], block_size: int,
                    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                    tree_parents: Sequence[Sequence[int] | None] | None = None,
-                   num_heads: int = 1) -> AttentionMetadata:
+                   num_heads: int = 1, *, mask: bool = True) -> AttentionMetadata:
     """Build the step's :class:`AttentionMetadata` from per-sequence lists.
 
     Positions and slots are computed as Python lists and turned into tensors once: a decode
@@ -108,6 +114,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
         num_heads: heads of the model; a decode-only step's mask is copied out per head
             (``(B, H, 1, C)``, a few numbers) because SDPA on CPU reads a mask broadcast over the
             heads about twice as slowly as the attention itself costs.
+        mask: build the additive mask where one is needed; ``False`` for the in-place kernel
+            (:mod:`labsupport.engine.native_attention`), which follows the causal rule itself.
 
     Raises:
         ValueError: lists of different lengths, an empty batch, a query length < 1, a negative
@@ -145,8 +153,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                 positions[first:first + q] = (start + anc.sum(1) - 1).tolist()     # start + depth
                 ancestors.append((b, anc))
             first += q
-    mask = None
-    if max_q > 1 or min(ctx_lens) < max_ctx:                       # some query must not see some key
+    attn_mask = None
+    if mask and (max_q > 1 or min(ctx_lens) < max_ctx):            # some query must not see some key
         starts = torch.tensor(start_positions, dtype=torch.long, device=device)    # (B,)
         query_pos = starts[:, None] + torch.arange(max_q, device=device)           # (B, Q)
         key_pos = torch.arange(max_ctx, device=device)                             # (C,)
@@ -154,9 +162,9 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
         for b, anc in ancestors:
             q, start = query_lens[b], start_positions[b]
             visible[b, 0, :q, start:start + q] = anc.to(device)                    # prefix stays visible
-        mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
+        attn_mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
         if max_q == 1 and num_heads > 1:                           # decode: one mask row per head (see num_heads)
-            mask = mask.expand(num_seqs, num_heads, 1, max_ctx).contiguous()
+            attn_mask = attn_mask.expand(num_seqs, num_heads, 1, max_ctx).contiguous()
     query_index = None
     if min(query_lens) < max_q:                                    # ragged: scatter into (B, Q) rows
         query_index = torch.tensor([b * max_q + i for b, q in enumerate(query_lens) for i in range(q)],
@@ -164,8 +172,10 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
     return AttentionMetadata(positions=torch.tensor(positions, dtype=torch.long, device=device),
                              slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
                              block_tables=torch.tensor(padded, dtype=torch.long, device=device),
-                             mask=mask, query_index=query_index, query_lens=list(query_lens),
-                             context_lens=ctx_lens)
+                             mask=attn_mask, query_index=query_index, query_lens=list(query_lens),
+                             context_lens=ctx_lens,
+                             lens=torch.tensor([list(query_lens), ctx_lens], dtype=torch.long, device=device),
+                             tree=bool(ancestors))
 
 
 def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:

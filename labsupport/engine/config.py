@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..quant.int8 import QUANTIZATIONS
 from ..quant.kv import KV_CACHE_DTYPES
 from ..validation import check_bool, check_callable, check_choice, check_int
+from .native_attention import ATTENTION_BACKENDS
 
 
 @dataclass
@@ -31,6 +32,8 @@ class EngineConfig:
         kv_cache_dtype: ``"auto"`` (the model's dtype) or ``"int8"`` / ``"fp8"`` / ``"fp8_e4m3"`` /
             ``"fp8_e5m2"``: KV blocks in 8 bits with a scale per token and head (:mod:`labsupport.quant.kv`).
         quantization: ``None`` or ``"int8"``: int8 matmuls (:mod:`labsupport.quant.int8`).
+        attention_backend: ``None`` (the fastest that runs here), ``"TORCH_SDPA"`` (paged attention by
+            gather) or ``"CPU_ATTN"`` (the KV blocks read in place; :mod:`labsupport.engine.native_attention`).
 
     Raises:
         TypeError: a field of the wrong type (flags must be bools, ``clock`` callable).
@@ -51,6 +54,7 @@ class EngineConfig:
     seed: int = 0
     kv_cache_dtype: str = "auto"
     quantization: str | None = None
+    attention_backend: str | None = None
 
     def __post_init__(self) -> None:
         for name, low in (("block_size", 1), ("num_blocks", 1), ("max_num_seqs", 1), ("num_cpu_blocks", 0)):
@@ -65,3 +69,4 @@ class EngineConfig:
         self.seed = check_int("seed", self.seed, 0, 2 ** 63 - 1)
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         check_choice("quantization", self.quantization, QUANTIZATIONS)
+        check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS + (None,))

@@ -74,7 +74,8 @@ class LLMEngine:
         self.tokenizer = getattr(lm, "tokenizer", None)
         model = getattr(lm, "model", lm)
         self.runner = ModelRunner(model, cfg.block_size, cfg.num_blocks, cfg.num_cpu_blocks,
-                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization)
+                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
+                                  attention_backend=cfg.attention_backend)
         self.block_manager = BlockManager(cfg.num_blocks, cfg.block_size, cfg.enable_prefix_caching,
                                           cfg.num_cpu_blocks if cfg.preemption_mode == "swap" else 0)
         budget = cfg.max_num_batched_tokens or max(self.runner.max_positions, cfg.max_num_seqs)

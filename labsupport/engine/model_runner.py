@@ -32,6 +32,8 @@ from ..quant.int8 import QUANTIZATIONS, Int8Linear
 from ..validation import check_choice, check_int, is_int
 from .attention import AttentionMetadata, build_metadata, paged_attention
 from .linear import Linear, tune
+from . import native_attention
+from .native_attention import MAX_QUERY_LEN, resolve_backend
 
 
 @dataclass
@@ -69,9 +71,14 @@ class ModelRunner:
             8-bit KV with a scale per token and head (vLLM's option).
         quantization: ``None`` or ``"int8"``: every matrix as an :class:`~labsupport.quant.int8.Int8Linear`
             (int8 weights and activations; vLLM's option name).
+        attention_backend: ``None`` (the fastest that runs here), ``"TORCH_SDPA"`` (paged attention by
+            gather, :mod:`~labsupport.engine.attention`) or ``"CPU_ATTN"`` (the blocks read in place,
+            :mod:`~labsupport.engine.native_attention`; float32 KV on the CPU, decode and verification
+            steps — prefill chunks and token trees still run ``TORCH_SDPA``). vLLM's option name.
 
     Raises:
-        ValueError: not a GPT-2-family model, sizes < 1, an unknown ``kv_cache_dtype`` or ``quantization``.
+        ValueError: not a GPT-2-family model, sizes < 1, an unknown ``kv_cache_dtype``, ``quantization`` or
+            ``attention_backend``, or ``"CPU_ATTN"`` where it cannot run (the message says why).
 
     Attributes:
         layer_hook: ``None``, or ``hook(layer_index, meta)`` called in every forward right after
@@ -81,7 +88,7 @@ class ModelRunner:
 
     def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
                  device: torch.device | str | None = None, *, kv_cache_dtype: str = "auto",
-                 quantization: str | None = None):
+                 quantization: str | None = None, attention_backend: str | None = None):
         model = getattr(model, "model", model)                       # LoadedModel → its model
         cfg = getattr(model, "config", None)
         if getattr(cfg, "model_type", None) != "gpt2":
@@ -133,6 +140,8 @@ class ModelRunner:
             torch.ones(self.cache_shape(num_blocks)[:-1], dtype=torch.float16, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
         self._workspace = torch.empty(0, dtype=self.kv_cache.dtype, device=self.device)   # gathered K/V (attention.py)
+        self.attention_backend = resolve_backend(attention_backend, self.device, self.dtype, self.kv_cache_dtype)
+        self._scores = torch.empty(0)                                         # CPU_ATTN's score rows
         self.cpu_scales: torch.Tensor | None = None
         self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
         self.num_forwards = 0
@@ -204,8 +213,10 @@ class ModelRunner:
         ids = [t for seq in token_ids for t in seq]
         if min(ids) < 0 or max(ids) >= self.vocab_size:                      # checked on the list: no tensor ops
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
+        in_place = (self.attention_backend == "CPU_ATTN" and max(query_lens) <= MAX_QUERY_LEN and
+                    (tree_parents is None or all(p is None for p in tree_parents)))
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
-                              tree_parents=tree_parents, num_heads=self.num_heads)
+                              tree_parents=tree_parents, num_heads=self.num_heads, mask=not in_place)
         flat = torch.tensor(ids, dtype=torch.long, device=self.device)
         hidden = self.hidden_states(flat, meta, num_layers=num_layers)            # (N, E)
         if not all_logits and len(ids) > len(query_lens):                     # pure decode: already one row each
@@ -227,7 +238,15 @@ class ModelRunner:
         x = self.wte[input_ids] + self.wpe[meta.positions]                       # (N, E)
         n, e = x.shape
         workspace = None
-        if self.kv_scales is None:                                               # one gather buffer for every layer
+        in_place = meta.mask is None and self.attention_backend == "CPU_ATTN" and not meta.tree and \
+            meta.max_query_len <= MAX_QUERY_LEN                                  # the blocks read in place
+        if in_place:                                                             # one plan for every layer
+            need = meta.max_query_len * self.num_heads * meta.max_context_len
+            if self._scores.numel() < need:
+                self._scores = torch.empty(need)
+            kernel, plan = native_attention.kernel(), native_attention.plan(meta, self.kv_cache.shape[1:],
+                                                                            self._scores)
+        elif self.kv_scales is None:                                             # one gather buffer for every layer
             need = 2 * meta.block_tables.numel() * self.block_size * self.num_heads * self.head_dim
             if self._workspace.numel() < need:
                 self._workspace = torch.empty(need, dtype=self.kv_cache.dtype, device=self.device)
@@ -235,10 +254,15 @@ class ModelRunner:
         for i, layer in enumerate(self.layers[:num_layers]):
             h = F.layer_norm(x, (e,), *layer.ln_1, eps=self.eps)
             qkv = layer.c_attn(h)                                                 # (N, 3E)
-            q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
-            a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale,
-                                None if self.kv_scales is None else self.kv_scales[i], self.kv_cache_dtype,
-                                workspace)                                                             # (N, E)
+            if in_place:                                     # the metadata was checked once, in forward()
+                qkv = qkv if qkv.is_contiguous() else qkv.contiguous()
+                a = torch.empty(n, e)                                             # (N, E)
+                kernel(plan, qkv.data_ptr(), self.kv_cache[i].data_ptr(), layer.scale, a.data_ptr())
+            else:
+                q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
+                a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale,
+                                    None if self.kv_scales is None else self.kv_scales[i], self.kv_cache_dtype,
+                                    workspace)                                                         # (N, E)
             if self.layer_hook is not None:                                      # layer i's K/V are written
                 self.layer_hook(i, meta)
             x = x + layer.attn_proj(a)
