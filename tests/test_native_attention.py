@@ -5,7 +5,8 @@ import torch
 
 from labsupport.engine import LLMEngine, ModelRunner, native_attention
 from labsupport.engine.attention import build_metadata, paged_attention
-from labsupport.engine.native_attention import MAX_QUERY_LEN, paged_attention_in_place, resolve_backend
+from labsupport.engine.native_attention import (MAX_MULTI_QUERY_TOKENS, MAX_QUERY_LEN, paged_attention_in_place,
+                                                resolve_backend, takes_step)
 from labsupport.sampling import GREEDY
 
 needs_kernel = pytest.mark.skipif(native_attention.unavailable_reason() is not None,
@@ -70,6 +71,14 @@ def test_in_place_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match=f"at most {MAX_QUERY_LEN} new tokens"):
         paged_attention_in_place(long_qkv.reshape(MAX_QUERY_LEN + 1, -1), long_cache,
                                  build_metadata([MAX_QUERY_LEN + 1], [0], long_tables, 4, mask=False), 0.3, scores)
+
+
+def test_which_steps_run_in_place():
+    assert takes_step([1] * 64)                                      # decode: any batch
+    assert takes_step([5]) and takes_step([2, 2, 2, 2])              # a short verification
+    assert not takes_step([MAX_MULTI_QUERY_TOKENS + 1])              # a longer one, or a prompt: SDPA
+    assert not takes_step([5, 5]) and not takes_step([1, 134])
+    assert not takes_step([1], tree=True)                            # a token tree's mask is not causal
 
 
 def test_backend_choice(monkeypatch):

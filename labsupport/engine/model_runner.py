@@ -30,10 +30,10 @@ from ..kv import blocks_needed
 from ..quant import kv as kvq
 from ..quant.int8 import QUANTIZATIONS, Int8Linear
 from ..validation import check_choice, check_int, is_int
+from . import native_attention
 from .attention import AttentionMetadata, build_metadata, paged_attention
 from .linear import Linear, tune
-from . import native_attention
-from .native_attention import MAX_QUERY_LEN, resolve_backend
+from .native_attention import resolve_backend
 
 
 @dataclass
@@ -74,7 +74,8 @@ class ModelRunner:
         attention_backend: ``None`` (the fastest that runs here), ``"TORCH_SDPA"`` (paged attention by
             gather, :mod:`~labsupport.engine.attention`) or ``"CPU_ATTN"`` (the blocks read in place,
             :mod:`~labsupport.engine.native_attention`; float32 KV on the CPU, decode and verification
-            steps — prefill chunks and token trees still run ``TORCH_SDPA``). vLLM's option name.
+            steps, :func:`~labsupport.engine.native_attention.takes_step`; prompts and token trees still run
+            ``TORCH_SDPA``). vLLM's option name.
 
     Raises:
         ValueError: not a GPT-2-family model, sizes < 1, an unknown ``kv_cache_dtype``, ``quantization`` or
@@ -213,8 +214,8 @@ class ModelRunner:
         ids = [t for seq in token_ids for t in seq]
         if min(ids) < 0 or max(ids) >= self.vocab_size:                      # checked on the list: no tensor ops
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
-        in_place = (self.attention_backend == "CPU_ATTN" and max(query_lens) <= MAX_QUERY_LEN and
-                    (tree_parents is None or all(p is None for p in tree_parents)))
+        in_place = self.attention_backend == "CPU_ATTN" and native_attention.takes_step(
+            query_lens, tree=tree_parents is not None and any(p is not None for p in tree_parents))
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
                               tree_parents=tree_parents, num_heads=self.num_heads, mask=not in_place)
         flat = torch.tensor(ids, dtype=torch.long, device=self.device)
@@ -238,8 +239,8 @@ class ModelRunner:
         x = self.wte[input_ids] + self.wpe[meta.positions]                       # (N, E)
         n, e = x.shape
         workspace = None
-        in_place = meta.mask is None and self.attention_backend == "CPU_ATTN" and not meta.tree and \
-            meta.max_query_len <= MAX_QUERY_LEN                                  # the blocks read in place
+        in_place = meta.mask is None and self.attention_backend == "CPU_ATTN" and \
+            native_attention.takes_step(meta.query_lens, meta.tree)              # the blocks read in place
         if in_place:                                                             # one plan for every layer
             need = meta.max_query_len * self.num_heads * meta.max_context_len
             if self._scores.numel() < need:

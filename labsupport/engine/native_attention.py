@@ -23,9 +23,10 @@ sequences × context (new tokens each)        gather + SDPA   in place (CPU_ATTN
 8 × 150 (5)                                     331 µs            364 µs
 ==========================================  ==============  =================
 
-It runs causal chains of up to :data:`MAX_QUERY_LEN` new tokens per sequence (decode and
-speculative verification); longer prompts (SDPA's blocked kernel is faster there), token trees
-(their mask is not causal), 8-bit KV and GPUs use ``TORCH_SDPA``. Where no C compiler is found
+The kernel takes causal chains of up to :data:`MAX_QUERY_LEN` new tokens per sequence; the engine
+gives it every decode step and short verifications (:func:`takes_step`: one dot product per query and
+key loses to SDPA's matrix products once several sequences verify several tokens). Prompts, token
+trees (their mask is not causal), 8-bit KV and GPUs use ``TORCH_SDPA``. Where no C compiler is found
 the engine says why (:func:`unavailable_reason`) and uses ``TORCH_SDPA``: same numbers, slower.
 """
 
@@ -57,6 +58,14 @@ MAX_QUERY_LEN = 16
 """Most new tokens of one sequence that ``CPU_ATTN`` attends for in a step: one to decode, γ + 1
 to verify a draft. Longer prefill chunks use ``TORCH_SDPA``, whose blocked kernel does the
 ``Q × C`` scores as matrix products (a 134-token prompt: about 3× faster there)."""
+
+MAX_MULTI_QUERY_TOKENS = 8
+"""Most new tokens a step with several per sequence (verification) may have for ``CPU_ATTN`` to take it.
+The kernel computes one dot product per query, head and key, while SDPA does a sequence's queries as
+one matrix product, so SDPA catches up as queries pile up. Measured (µs, gather + SDPA / in place,
+one layer, context 150, AMD EPYC): 2 new tokens × 1/4/8 sequences 60/30, 146/88, 248/160;
+5 × 1/2/4 73/58, 112/105, 184/201; 9 × 1 87/99; 16 × 1 100/179. Decode steps (one new token per
+sequence) always take ``CPU_ATTN``; see :func:`takes_step`."""
 
 FLAGS = (["-O3", "-march=native", "-fopenmp-simd"], ["-O3"])
 """Compiler flags tried in order: vector instructions of the machine at hand, then plain."""
@@ -178,6 +187,13 @@ def resolve_backend(attention_backend: str | None, device: torch.device, dtype: 
     if attention_backend == "CPU_ATTN":
         raise ValueError(f"attention_backend='CPU_ATTN' cannot run here: {why}")
     return "TORCH_SDPA"
+
+
+def takes_step(query_lens, tree: bool = False) -> bool:
+    """Whether a ``CPU_ATTN`` runner attends a step in place: no token tree, and one new token per
+    sequence (decode, any batch) or at most :data:`MAX_MULTI_QUERY_TOKENS` new tokens in all (verifying
+    a short draft at batch 1 or 2); the rest (prompts, longer or wider verification) gathers."""
+    return not tree and (max(query_lens) == 1 or sum(query_lens) <= MAX_MULTI_QUERY_TOKENS)
 
 
 class StepPlan(ctypes.Structure):
