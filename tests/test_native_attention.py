@@ -89,6 +89,9 @@ def test_backend_choice(monkeypatch):
     with pytest.raises(ValueError, match="float32 KV on the CPU.*kv_cache_dtype='int8'"):
         resolve_backend("CPU_ATTN", cpu, torch.float32, "int8")
     assert resolve_backend(None, cpu, torch.float16) == "TORCH_SDPA"
+    assert resolve_backend(None, cpu, torch.float32, head_dim=512) == "TORCH_SDPA"
+    with pytest.raises(ValueError, match="heads of at most 256 numbers, got 512"):
+        resolve_backend("CPU_ATTN", cpu, torch.float32, head_dim=512)
     assert resolve_backend(None, cpu, torch.float32, "fp8") == "TORCH_SDPA"
     monkeypatch.setattr(native_attention, "_load", lambda: (None, "no C compiler found"))
     assert resolve_backend(None, cpu, torch.float32) == "TORCH_SDPA"         # falls back, same numbers

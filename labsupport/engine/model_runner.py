@@ -141,7 +141,8 @@ class ModelRunner:
             torch.ones(self.cache_shape(num_blocks)[:-1], dtype=torch.float16, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
         self._workspace = torch.empty(0, dtype=self.kv_cache.dtype, device=self.device)   # gathered K/V (attention.py)
-        self.attention_backend = resolve_backend(attention_backend, self.device, self.dtype, self.kv_cache_dtype)
+        self.attention_backend = resolve_backend(attention_backend, self.device, self.dtype, self.kv_cache_dtype,
+                                                 self.head_dim)
         self._scores = torch.empty(0)                                         # CPU_ATTN's score rows
         self.cpu_scales: torch.Tensor | None = None
         self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming

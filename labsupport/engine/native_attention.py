@@ -59,6 +59,9 @@ MAX_QUERY_LEN = 16
 to verify a draft. Longer prefill chunks use ``TORCH_SDPA``, whose blocked kernel does the
 ``Q × C`` scores as matrix products (a 134-token prompt: about 3× faster there)."""
 
+MAX_HEAD_DIM = 256
+"""Largest head size the kernel takes (``D_MAX`` in ``paged_attention.c``; GPT-2's is 64 at every size)."""
+
 MAX_MULTI_QUERY_TOKENS = 8
 """Most new tokens a step with several per sequence (verification) may have for ``CPU_ATTN`` to take it.
 The kernel computes one dot product per query, head and key, while SDPA does a sequence's queries as
@@ -169,9 +172,9 @@ def unavailable_reason() -> str | None:
 
 
 def resolve_backend(attention_backend: str | None, device: torch.device, dtype: torch.dtype,
-                    kv_cache_dtype: str = "auto") -> str:
+                    kv_cache_dtype: str = "auto", head_dim: int = 64) -> str:
     """The backend a runner uses: ``None`` picks ``CPU_ATTN`` where it can run (float32 KV on the
-    CPU, the kernel built), else ``TORCH_SDPA``.
+    CPU, heads of at most :data:`MAX_HEAD_DIM`, the kernel built), else ``TORCH_SDPA``.
 
     Raises:
         ValueError: an unknown name, or ``CPU_ATTN`` asked for where it cannot run (the message says why).
@@ -180,8 +183,12 @@ def resolve_backend(attention_backend: str | None, device: torch.device, dtype: 
         check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS + (None,))
     if attention_backend == "TORCH_SDPA":
         return attention_backend
-    why = (f"it runs float32 KV on the CPU, got {dtype} on {device.type} with kv_cache_dtype={kv_cache_dtype!r}"
-           if device.type != "cpu" or dtype != torch.float32 or kv_cache_dtype != "auto" else unavailable_reason())
+    if device.type != "cpu" or dtype != torch.float32 or kv_cache_dtype != "auto":
+        why = f"it runs float32 KV on the CPU, got {dtype} on {device.type} with kv_cache_dtype={kv_cache_dtype!r}"
+    elif head_dim > MAX_HEAD_DIM:
+        why = f"it takes heads of at most {MAX_HEAD_DIM} numbers, got {head_dim}"
+    else:
+        why = unavailable_reason()
     if why is None:
         return "CPU_ATTN"
     if attention_backend == "CPU_ATTN":
@@ -256,6 +263,8 @@ def paged_attention_in_place(qkv: torch.Tensor, layer_cache: torch.Tensor, meta,
     if tuple(qkv.shape) != (n, 3 * heads * dim) or not (qkv.is_contiguous() and layer_cache.is_contiguous()):
         raise ValueError(f"qkv must be a contiguous ({n}, {3 * heads * dim}) tensor and layer_cache contiguous, "
                          f"got {tuple(qkv.shape)}")
+    if dim > MAX_HEAD_DIM:
+        raise ValueError(f"CPU_ATTN takes heads of at most {MAX_HEAD_DIM} numbers, got {dim}")
     if meta.tree or meta.max_query_len > MAX_QUERY_LEN:
         raise ValueError(f"CPU_ATTN runs causal chains of at most {MAX_QUERY_LEN} new tokens per sequence, got "
                          f"{'a token tree' if meta.tree else f'{meta.max_query_len} new tokens'}")

@@ -119,7 +119,8 @@ static inline void attend(const float *qkv, float *cache, int64_t num_blocks, in
       for (int64_t h = 0; h < H; h++) {
         const float *p = scores + (i * H + h) * n;
         const int64_t len = cached + i + 1;
-        float acc[D_MAX] = {0};
+        float acc[D_MAX];
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.f;
         for (int64_t j0 = 0; j0 < len; j0 += block_size) {
           const float *v = v_cache + table[j0 / block_size] * block_size * slot_size + h * D;
           const int64_t j_end = j0 + block_size < len ? j0 + block_size : len;
