@@ -73,6 +73,73 @@ def test_in_place_refuses_what_it_cannot_run():
                                  build_metadata([MAX_QUERY_LEN + 1], [0], long_tables, 4, mask=False), 0.3, scores)
 
 
+@needs_kernel
+@pytest.mark.parametrize("table", [[-1], [-100_000_000], [6], [10_000_000]])
+def test_in_place_refuses_blocks_outside_the_pool(table):
+    cache, qkv = torch.randn(2, 6, 4, 2, 8), torch.randn(1, 48)
+    meta = build_metadata([1], [0], [[0]], 4, mask=False)
+    meta.block_tables = torch.tensor([table])                         # a hand-made table: no builder check
+    meta.slot_mapping = torch.tensor([table[0] * 4])
+    before = cache.clone()
+    with pytest.raises(ValueError, match=r"blocks in \[0, 6\)"):
+        paged_attention_in_place(qkv, cache, meta, 0.3, torch.empty(100))
+    assert torch.equal(cache, before)                                 # nothing written anywhere
+    with pytest.raises(ValueError, match="block ids >= 0"):
+        build_metadata([1], [0], [[-1]], 4)
+
+
+@needs_kernel
+def test_in_place_checks_the_tensors_it_reads():
+    cache, qkv, scores = torch.randn(2, 6, 4, 2, 8), torch.randn(1, 48), torch.empty(100)
+    meta = build_metadata([1], [3], [[2]], 4, mask=False)
+    with pytest.raises(ValueError, match="scores must be a contiguous"):
+        paged_attention_in_place(qkv, cache, meta, 0.3, torch.empty(1).expand(100))
+    with pytest.raises(ValueError, match="qkv must be a contiguous float32 tensor on the CPU, got .* on meta"):
+        paged_attention_in_place(torch.empty(1, 48, device="meta"), cache, meta, 0.3, scores)
+    with pytest.raises(TypeError, match="qkv must be a torch.Tensor, got ndarray"):
+        paged_attention_in_place(qkv.numpy(), cache, meta, 0.3, scores)
+    with pytest.raises(TypeError, match="scale"):
+        paged_attention_in_place(qkv, cache, meta, "x", scores)
+    meta.lens = torch.tensor([[1], [4_000_000]])                      # lengths that disagree with the lists
+    with pytest.raises(ValueError, match="meta.lens must hold query_lens and context_lens"):
+        paged_attention_in_place(qkv, cache, meta, 0.3, scores)
+    meta.lens = torch.tensor([[1], [4]], dtype=torch.int32)
+    with pytest.raises(ValueError, match="meta.lens must be a contiguous int64"):
+        paged_attention_in_place(qkv, cache, meta, 0.3, scores)
+
+
+@needs_kernel
+def test_runner_hidden_states_checks_a_hand_made_meta(tiny_lm):
+    runner = ModelRunner(tiny_lm, 16, 8, attention_backend="CPU_ATTN")
+    for table in ([10_000_000], [-3]):
+        meta = build_metadata([1], [5], [[0]], 16, mask=False)
+        meta.block_tables = torch.tensor([table])
+        with pytest.raises(ValueError, match=r"meta must address blocks in \[0, 8\)"):
+            runner.hidden_states(torch.tensor([1]), meta)
+
+
+def test_a_kept_library_cut_short_is_built_again(tmp_path, monkeypatch):
+    if native_attention._compiler() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = native_attention._build(native_attention._compiler())
+    whole = first.read_bytes()
+    first.write_bytes(whole[:len(whole) // 2])                        # a crash while writing it
+    assert not native_attention._intact(first)
+    again = native_attention._build(native_attention._compiler())
+    assert again == first and again.read_bytes() == whole and native_attention._intact(again)
+
+
+def test_an_unusable_cache_folder_falls_back_to_the_temp_folder(tmp_path, monkeypatch):
+    if native_attention._compiler() is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))
+    monkeypatch.setattr(native_attention.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    built = native_attention._build(native_attention._compiler())
+    assert built.parent == tmp_path / "tmp" / "labsupport" and native_attention._intact(built)
+
+
 def test_which_steps_run_in_place():
     assert takes_step([1] * 64)                                      # decode: any batch
     assert takes_step([5]) and takes_step([2, 2, 2, 2])              # a short verification
@@ -84,8 +151,11 @@ def test_which_steps_run_in_place():
 def test_backend_choice(monkeypatch):
     cpu = torch.device("cpu")
     assert resolve_backend("TORCH_SDPA", cpu, torch.float32) == "TORCH_SDPA"
-    with pytest.raises(ValueError, match="attention_backend must be one of"):
+    with pytest.raises(ValueError, match="attention_backend must be None or one of"):
         resolve_backend("FLASH_ATTN", cpu, torch.float32)
+    for bad in (1, True, ["CPU_ATTN"]):
+        with pytest.raises(TypeError, match="attention_backend must be None or one of"):
+            resolve_backend(bad, cpu, torch.float32)
     with pytest.raises(ValueError, match="float32 KV on the CPU.*kv_cache_dtype='int8'"):
         resolve_backend("CPU_ATTN", cpu, torch.float32, "int8")
     assert resolve_backend(None, cpu, torch.float16) == "TORCH_SDPA"
@@ -106,7 +176,7 @@ def test_a_failing_compiler_is_reported_not_raised(monkeypatch, tmp_path):
     native_attention._load.cache_clear()
     try:
         fn, why = native_attention._load()
-        assert fn is None and why.startswith("the C compiler failed")
+        assert fn is None and why.startswith("the C compiler failed: /bin/false -O3") and "exited with 1" in why
         assert not list(tmp_path.rglob("*.so"))                              # nothing half-built is kept
     finally:
         native_attention._load.cache_clear()

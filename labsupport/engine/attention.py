@@ -119,7 +119,7 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
 
     Raises:
         ValueError: lists of different lengths, an empty batch, a query length < 1, a negative
-            start position, a block table too short for its tokens, or a bad parent list.
+            start position or block id, a block table too short for its tokens, or a bad parent list.
     """
     if not (len(query_lens) == len(start_positions) == len(block_tables)) or not query_lens:
         raise ValueError("query_lens, start_positions and block_tables must be non-empty lists of one length, "
@@ -132,6 +132,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
             raise ValueError(f"start_positions must be >= 0, got {start_positions[b]} for sequence {b}")
         if len(table) * block_size < ctx:
             raise ValueError(f"block table of sequence {b} holds {len(table) * block_size} slots, needs {ctx}")
+        if table and min(table) < 0:
+            raise ValueError(f"block tables must hold block ids >= 0, got {min(table)} for sequence {b}")
     trees = tree_parents is not None and any(p is not None for p in tree_parents)
     if trees and len(tree_parents) != len(query_lens):
         raise ValueError(f"tree_parents must have one entry per sequence ({len(query_lens)}), got {len(tree_parents)}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..quant.int8 import QUANTIZATIONS
 from ..quant.kv import KV_CACHE_DTYPES
 from ..validation import check_bool, check_callable, check_choice, check_int
-from .native_attention import ATTENTION_BACKENDS
+from .native_attention import check_backend_name
 
 
 @dataclass
@@ -69,4 +69,4 @@ class EngineConfig:
         self.seed = check_int("seed", self.seed, 0, 2 ** 63 - 1)
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         check_choice("quantization", self.quantization, QUANTIZATIONS)
-        check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS + (None,))
+        check_backend_name(self.attention_backend)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from ..validation import check_choice
+from ..validation import check_real
 
 SOURCE = Path(__file__).with_name("paged_attention.c")
 """The kernel's C source, shipped with the package."""
@@ -94,34 +94,78 @@ def _machine_tag() -> str:
         return platform.processor() + platform.machine()
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _intact(target: Path) -> bool:
+    """A kept library whose bytes match the digest written beside it when it was built: a file cut
+    short (a crash or a full disk while writing) would kill the process that loads it (SIGBUS)."""
+    stamp = target.with_name(target.name + ".sha256")
+    try:
+        return target.is_file() and stamp.read_text().strip() == _digest(target)
+    except OSError:
+        return False
+
+
+def _write_durably(path: Path, data: bytes | None = None) -> None:
+    """Write ``data`` (or just flush an existing file) to disk before it is renamed into place."""
+    with open(path, "wb" if data is not None else "ab") as f:
+        if data is not None:
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _build(cc: str) -> Path:
-    """Compile :data:`SOURCE` into a shared library (kept, keyed by source, compiler and CPU).
+    """Compile :data:`SOURCE` into a shared library, kept (with its digest) in the first writable of
+    ``~/.cache/labsupport`` and the temp folder, keyed by source, compiler and CPU; a kept library
+    that does not match its digest is built again.
 
     Raises:
-        RuntimeError: every set of :data:`FLAGS` failed; the message holds the compiler's output.
+        RuntimeError: every set of :data:`FLAGS` failed; the message names the compiler, its exit
+            status and the end of its output.
     """
     key = hashlib.sha256(SOURCE.read_bytes() + cc.encode() + _machine_tag().encode() + sys.platform.encode())
+    folders = []
+    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / "labsupport"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.access(folder, os.W_OK | os.X_OK):
+                folders.append(folder)
+        except OSError:
+            continue
+    if not folders:
+        raise RuntimeError(f"no writable folder for the compiled kernel ({_cache_dir()} or the temp folder)")
     errors = []
     for flags in FLAGS:
         name = f"paged_attention-{key.copy().hexdigest()[:16]}-{'-'.join(f.strip('-') for f in flags)}.so"
-        for folder in (_cache_dir(), Path(tempfile.gettempdir()) / "labsupport"):
-            target = folder / name
-            if target.exists():
-                return target
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                tmp = folder / f"{name}.{os.getpid()}.tmp"
-                done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)],
-                                      capture_output=True, text=True, timeout=120, check=False)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                errors.append(f"{' '.join(flags)}: {exc}")
-                continue
+        kept = next((f / name for f in folders if _intact(f / name)), None)
+        if kept is not None:
+            return kept
+        target = folders[0] / name
+        tmp = target.with_name(f"{name}.{os.getpid()}.tmp")
+        try:
+            done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)],
+                                  capture_output=True, text=True, timeout=60, check=False)
             if done.returncode == 0:
+                _write_durably(tmp)
+                _write_durably(tmp.with_name(tmp.name + ".sha256"), _digest(tmp).encode())
                 os.replace(tmp, target)                # atomic: another process may build the same file
+                os.replace(tmp.with_name(tmp.name + ".sha256"), target.with_name(name + ".sha256"))
                 return target
-            errors.append(f"{' '.join(flags)}: {done.stderr.strip()[-300:]}")
-            tmp.unlink(missing_ok=True)
-            break                                      # the compiler refused these flags: try the next set
+            errors.append(f"{cc} {' '.join(flags)} exited with {done.returncode}: "
+                          f"{done.stderr.strip()[-300:] or '(no output)'}")
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the C compiler {cc} did not finish within 60 s") from None
+        except OSError as exc:
+            errors.append(f"{cc} {' '.join(flags)}: {exc}")
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".sha256")):
+                try:
+                    leftover.unlink(missing_ok=True)
+                except OSError:
+                    pass
     raise RuntimeError("the C compiler failed: " + " | ".join(errors))
 
 
@@ -149,8 +193,8 @@ def _self_test(fn) -> None:
 @lru_cache(maxsize=1)
 def _load():
     """``(function, None)`` or ``(None, why it is unavailable)``; built and tested once per process."""
-    if os.environ.get("LABSUPPORT_NO_NATIVE"):
-        return None, "switched off (LABSUPPORT_NO_NATIVE is set)"
+    if os.environ.get("LABSUPPORT_NO_NATIVE", "") not in ("", "0"):
+        return None, f"switched off (LABSUPPORT_NO_NATIVE={os.environ['LABSUPPORT_NO_NATIVE']})"
     cc = _compiler()
     if cc is None:
         return None, "no C compiler found ($CC, cc, gcc, clang)"
@@ -171,6 +215,20 @@ def unavailable_reason() -> str | None:
     return _load()[1]
 
 
+def check_backend_name(attention_backend) -> str | None:
+    """``attention_backend`` if it is ``None`` or one of :data:`ATTENTION_BACKENDS`.
+
+    Raises:
+        TypeError: not a string or None. ValueError: an unknown name.
+    """
+    if attention_backend is not None and not isinstance(attention_backend, str):
+        raise TypeError(f"attention_backend must be None or one of {list(ATTENTION_BACKENDS)}, got "
+                        f"{attention_backend!r} ({type(attention_backend).__name__})")
+    if attention_backend is not None and attention_backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend must be None or one of {list(ATTENTION_BACKENDS)}, got {attention_backend!r}")
+    return attention_backend
+
+
 def resolve_backend(attention_backend: str | None, device: torch.device, dtype: torch.dtype,
                     kv_cache_dtype: str = "auto", head_dim: int = 64) -> str:
     """The backend a runner uses: ``None`` picks ``CPU_ATTN`` where it can run (float32 KV on the
@@ -179,8 +237,7 @@ def resolve_backend(attention_backend: str | None, device: torch.device, dtype: 
     Raises:
         ValueError: an unknown name, or ``CPU_ATTN`` asked for where it cannot run (the message says why).
     """
-    if attention_backend is not None:
-        check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS + (None,))
+    check_backend_name(attention_backend)
     if attention_backend == "TORCH_SDPA":
         return attention_backend
     if device.type != "cpu" or dtype != torch.float32 or kv_cache_dtype != "auto":
@@ -229,6 +286,49 @@ def kernel():
     return _load()[0]
 
 
+def _check_inputs(qkv, layer_cache, meta, scale, scores) -> None:
+    """Everything the kernel reads, checked on the tensors it reads (it follows raw pointers: a
+    block id or length out of range would read or write outside the pool)."""
+    for name, t in (("qkv", qkv), ("layer_cache", layer_cache), ("scores", scores)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous float32 tensor on the CPU, got {t.dtype} on "
+                             f"{t.device.type}{'' if t.is_contiguous() else ', not contiguous'}")
+    check_real("scale", scale)
+    if layer_cache.dim() != 5 or layer_cache.shape[0] != 2:
+        raise ValueError(f"layer_cache must have shape (2, num_blocks, block_size, H, D), got {tuple(layer_cache.shape)}")
+    _, num_blocks, block_size, heads, dim = layer_cache.shape
+    if dim > MAX_HEAD_DIM:
+        raise ValueError(f"CPU_ATTN takes heads of at most {MAX_HEAD_DIM} numbers, got {dim}")
+    if meta.tree or meta.max_query_len > MAX_QUERY_LEN:
+        raise ValueError(f"CPU_ATTN runs causal chains of at most {MAX_QUERY_LEN} new tokens per sequence, got "
+                         f"{'a token tree' if meta.tree else f'{meta.max_query_len} new tokens'}")
+    b, n = meta.num_seqs, sum(meta.query_lens)
+    tables, slots, lens = meta.block_tables, meta.slot_mapping, meta.lens
+    for name, t, shape in (("meta.block_tables", tables, (b, tables.shape[-1])), ("meta.slot_mapping", slots, (n,)),
+                           ("meta.lens", lens, (2, b))):
+        if t.dtype != torch.int64 or t.device.type != "cpu" or not t.is_contiguous() or tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be a contiguous int64 CPU tensor of shape {shape}, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device.type}")
+    if lens.tolist() != [list(meta.query_lens), list(meta.context_lens)] or \
+            any(q < 1 or c < q for q, c in zip(meta.query_lens, meta.context_lens)):
+        raise ValueError("meta.lens must hold query_lens and context_lens (each context_len >= its query_len >= 1), "
+                         f"got {lens.tolist()}")
+    if tuple(qkv.shape) != (n, 3 * heads * dim):
+        raise ValueError(f"qkv must have shape ({n}, {3 * heads * dim}) (new tokens, 3·H·D), got {tuple(qkv.shape)}")
+    if scores.numel() < meta.max_query_len * heads * meta.max_context_len:
+        raise ValueError(f"scores must hold at least {meta.max_query_len * heads * meta.max_context_len} numbers, "
+                         f"got {scores.numel()}")
+    lo_block, hi_block = (int(tables.min()), int(tables.max())) if tables.numel() else (0, 0)
+    lo_slot, hi_slot = int(slots.min()), int(slots.max())
+    if lo_block < 0 or hi_block >= num_blocks or lo_slot < 0 or hi_slot >= num_blocks * block_size or \
+            tables.shape[1] * block_size < meta.max_context_len:
+        raise ValueError(f"meta must address blocks in [0, {num_blocks}) and slots in [0, {num_blocks * block_size}) "
+                         f"with room for {meta.max_context_len} keys per table, got blocks {lo_block}..{hi_block}, "
+                         f"slots {lo_slot}..{hi_slot}, {tables.shape[1]} blocks per table of {block_size} slots")
+
+
 def paged_attention_in_place(qkv: torch.Tensor, layer_cache: torch.Tensor, meta, scale: float,
                              scores: torch.Tensor, *, fn=None) -> torch.Tensor:
     """Write the new tokens' K/V into their slots and attend over each sequence's blocks in place.
@@ -248,35 +348,16 @@ def paged_attention_in_place(qkv: torch.Tensor, layer_cache: torch.Tensor, meta,
         :func:`~labsupport.engine.attention.paged_attention` returns for the same input.
 
     Raises:
-        ValueError: the kernel is unavailable, a tensor of another dtype, layout or size, a block id or
-            slot outside the pool, or a token tree. (The model runner checks its metadata once per step
+        TypeError: a tensor argument that is not a tensor, a ``scale`` that is not a number.
+        ValueError: the kernel is unavailable, a tensor of another dtype, device, layout or size, a
+            block id or slot outside the pool, metadata whose tensors disagree with its lengths, or a token tree. (The model runner checks its metadata once per step
             and calls the kernel through :func:`plan` without these checks.)
     """
     fn = fn or kernel()
     if fn is None:
         raise ValueError(f"attention_backend='CPU_ATTN' cannot run here: {unavailable_reason()}")
-    _, num_blocks, block_size, heads, dim = layer_cache.shape
-    n = meta.slot_mapping.numel()
-    if qkv.dtype != torch.float32 or layer_cache.dtype != torch.float32 or scores.dtype != torch.float32:
-        raise ValueError(f"qkv, layer_cache and scores must be float32, got {qkv.dtype}, {layer_cache.dtype}, "
-                         f"{scores.dtype}")
-    if tuple(qkv.shape) != (n, 3 * heads * dim) or not (qkv.is_contiguous() and layer_cache.is_contiguous()):
-        raise ValueError(f"qkv must be a contiguous ({n}, {3 * heads * dim}) tensor and layer_cache contiguous, "
-                         f"got {tuple(qkv.shape)}")
-    if dim > MAX_HEAD_DIM:
-        raise ValueError(f"CPU_ATTN takes heads of at most {MAX_HEAD_DIM} numbers, got {dim}")
-    if meta.tree or meta.max_query_len > MAX_QUERY_LEN:
-        raise ValueError(f"CPU_ATTN runs causal chains of at most {MAX_QUERY_LEN} new tokens per sequence, got "
-                         f"{'a token tree' if meta.tree else f'{meta.max_query_len} new tokens'}")
-    if scores.numel() < meta.max_query_len * heads * meta.max_context_len:
-        raise ValueError(f"scores must hold at least {meta.max_query_len * heads * meta.max_context_len} numbers, "
-                         f"got {scores.numel()}")
-    top_block, top_slot = int(meta.block_tables.max()), int(meta.slot_mapping.max())
-    if top_block >= num_blocks or top_slot >= num_blocks * block_size or \
-            meta.block_tables.shape[1] * block_size < meta.max_context_len:
-        raise ValueError(f"meta must address blocks in [0, {num_blocks}) of {block_size} slots, got block "
-                         f"{top_block}, slot {top_slot}, {meta.block_tables.shape[1]} blocks per table for "
-                         f"{meta.max_context_len} keys")
-    out = torch.empty(n, heads * dim)
+    _check_inputs(qkv, layer_cache, meta, scale, scores)
+    heads, dim = layer_cache.shape[3:]
+    out = torch.empty(meta.slot_mapping.numel(), heads * dim)
     fn(plan(meta, tuple(layer_cache.shape), scores), qkv.data_ptr(), layer_cache.data_ptr(), scale, out.data_ptr())
     return out
