@@ -194,10 +194,10 @@ def _self_test(fn) -> None:
 def _load():
     """``(function, None)`` or ``(None, why it is unavailable)``; built and tested once per process."""
     if os.environ.get("LABSUPPORT_NO_NATIVE", "") not in ("", "0"):
-        return None, f"switched off (LABSUPPORT_NO_NATIVE={os.environ['LABSUPPORT_NO_NATIVE']})"
+        return None, f"switched off by LABSUPPORT_NO_NATIVE={os.environ['LABSUPPORT_NO_NATIVE']}"
     cc = _compiler()
     if cc is None:
-        return None, "no C compiler found ($CC, cc, gcc, clang)"
+        return None, "no C compiler found (looked for $CC, cc, gcc and clang)"
     try:
         lib = ctypes.CDLL(str(_build(cc)))
         fn = lib.paged_attention_f32
