@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from labsupport.engine.native_attention import default_backend_line
 from labsupport.kv import blocks_needed
 from labsupport.timing import median_range
 from labsupport.validation import check_int
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     bs, n = args.block_size, args.new_tokens
     print(f"engine benchmark: model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M "
           f"parameters), {torch.get_num_threads()} torch thread(s), greedy, EOS ignored, block size {bs}, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats}, {default_backend_line()}")
     num_blocks = args.batch * blocks_needed(max(map(len, prompts)) + max(n, args.long), bs) + args.batch
     engine = LLMEngine(lm, block_size=bs, num_blocks=num_blocks, max_num_seqs=args.batch)
 

@@ -41,6 +41,7 @@ from labsupport.engine import LLMEngine
 from labsupport.engine.block_manager import BlockManager
 from labsupport.engine.extend import extend
 from labsupport.engine.model_runner import ModelRunner
+from labsupport.engine.native_attention import default_backend_line
 from labsupport.generation import _prompt_ids, generate
 from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
@@ -447,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     gammas = [int(g) for g in args.gammas.split(",")]
     temps = [float(t) for t in args.temperatures.split(",")]
     print(f"speculative decoding benchmark: target {args.target}, draft {args.draft}, {args.max_new_tokens} new "
-          f"tokens, best of {args.repeats}, torch threads {torch.get_num_threads()}")
+          f"tokens, best of {args.repeats}, torch threads {torch.get_num_threads()}, {default_backend_line()}")
     v = runner_verification_costs(target, PROSE, gammas, repeats=max(3, args.repeats))
     print("\nverification cost of the paged runner, v(γ) = forward over γ + 1 tokens / one-token forward "
           f"(median, range of {max(3, args.repeats)} repeats, each the fastest of 5):")

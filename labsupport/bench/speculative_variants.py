@@ -47,6 +47,7 @@ import torch
 from labsupport.engine.block_manager import BlockManager
 from labsupport.engine.extend import extend
 from labsupport.engine.model_runner import ModelRunner
+from labsupport.engine.native_attention import default_backend_line
 from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats, args.max_new_tokens = 1, 32
     methods = default_methods(target)
     print(f"speculative variants: tiny-gpt2, {args.max_new_tokens} new tokens, greedy, median of {args.repeats}, "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}, {default_backend_line()}")
     rows = measure_methods(target, methods, {"prose": PROSE, "repetitive": REPETITIVE},
                            batches=(1,) if args.quick else (1, 8), max_new_tokens=args.max_new_tokens,
                            repeats=args.repeats)

@@ -30,6 +30,7 @@ import statistics
 
 import torch
 
+from ..engine.native_attention import default_backend_line
 from ..kv import blocks_needed
 from ..timing import median_range
 from ..vllm_bridge import HOW_TO, VLLMError, VLLMWorker, drive, first_divergence, latency, requests_for, vllm_python
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = LLMEngine(lm, num_blocks=num_blocks, **settings)
     print(f"vLLM benchmark: model {args.model}, {torch.get_num_threads()} thread(s) each, greedy, EOS ignored, "
           f"block size {args.block_size}, {num_blocks} blocks, max_num_seqs {args.requests}, prefix caching off, "
-          f"median of {args.repeats} (min–max)")
+          f"median of {args.repeats} (min–max); ours: {default_backend_line()}")
     try:
         worker = VLLMWorker(resolve_path(args.model), threads=args.threads, timeout=args.timeout,
                             num_gpu_blocks_override=num_blocks,

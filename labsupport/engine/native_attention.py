@@ -217,6 +217,13 @@ def unavailable_reason() -> str | None:
     return _load()[1]
 
 
+def default_backend_line() -> str:
+    """What a float32 CPU engine with the default ``attention_backend`` runs here, for benchmark headers."""
+    why = unavailable_reason()
+    return "attention CPU_ATTN (KV blocks read in place)" if why is None else \
+        f"attention TORCH_SDPA (gather; CPU_ATTN unavailable: {why})"
+
+
 def check_backend_name(attention_backend) -> str | None:
     """``attention_backend`` if it is ``None`` or one of :data:`ATTENTION_BACKENDS`.
 
