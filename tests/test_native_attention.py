@@ -140,6 +140,18 @@ def test_an_unusable_cache_folder_falls_back_to_the_temp_folder(tmp_path, monkey
     assert built.parent == tmp_path / "tmp" / "labsupport" and native_attention._intact(built)
 
 
+def test_the_gather_refuses_a_meta_built_without_its_mask():
+    cache, tables, qkv = _batch([1, 1], [3, 9], 4, 2, 8)
+    q, k, v = qkv.unbind(1)
+    lean = build_metadata([1, 1], [3, 9], tables, 4, mask=False)      # ragged contexts: a mask is needed
+    with pytest.raises(ValueError, match="built with mask=False"):
+        paged_attention(q, k, v, cache, lean, 0.3)
+    cache, tables, qkv = _batch([1, 1], [9, 9], 4, 2, 8)
+    q, k, v = qkv.unbind(1)
+    equal = build_metadata([1, 1], [9, 9], tables, 4, mask=False)     # equal contexts: no mask needed anyway
+    assert paged_attention(q, k, v, cache, equal, 0.3).shape == (2, 16)
+
+
 def test_which_steps_run_in_place():
     assert takes_step([1] * 64)                                      # decode: any batch
     assert takes_step([5]) and takes_step([2, 2, 2, 2])              # a short verification

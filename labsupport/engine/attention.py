@@ -62,6 +62,8 @@ class AttentionMetadata:
         lens: ``(2, B)`` int64, ``query_lens`` and ``context_lens`` as one tensor (what the in-place
             kernel of :mod:`labsupport.engine.native_attention` reads).
         tree: some sequence's new tokens form a token tree (``tree_parents`` given).
+        needs_mask: some query must not see some key (then ``mask`` is set, unless built with ``mask=False``
+            for the in-place kernel, which :func:`paged_attention` refuses).
 
     With a token tree, ``positions`` are ``start + depth`` while ``slot_mapping`` follows the
     order of the new tokens (``start + i``), and ``mask`` lets a tree token see only the
@@ -77,6 +79,7 @@ class AttentionMetadata:
     context_lens: list[int]
     lens: torch.Tensor
     tree: bool = False
+    needs_mask: bool = False
 
     @property
     def num_seqs(self) -> int:
@@ -156,7 +159,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                 ancestors.append((b, anc))
             first += q
     attn_mask = None
-    if mask and (max_q > 1 or min(ctx_lens) < max_ctx):            # some query must not see some key
+    needs_mask = max_q > 1 or min(ctx_lens) < max_ctx               # some query must not see some key
+    if mask and needs_mask:
         starts = torch.tensor(start_positions, dtype=torch.long, device=device)    # (B,)
         query_pos = starts[:, None] + torch.arange(max_q, device=device)           # (B, Q)
         key_pos = torch.arange(max_ctx, device=device)                             # (C,)
@@ -177,7 +181,7 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                              mask=attn_mask, query_index=query_index, query_lens=list(query_lens),
                              context_lens=ctx_lens,
                              lens=torch.tensor([list(query_lens), ctx_lens], dtype=torch.long, device=device),
-                             tree=bool(ancestors))
+                             tree=bool(ancestors), needs_mask=needs_mask)
 
 
 def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
@@ -272,6 +276,9 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
         ``(N, H·D)`` attention output of each new token, heads concatenated.
     """
     _, heads, dim = q.shape
+    if meta.mask is None and meta.needs_mask:
+        raise ValueError("meta was built with mask=False (for the in-place kernel), but this step needs a mask: "
+                         "build it with mask=True")
     if kv_scales is None:
         write_kv(kv_cache, k, v, meta.slot_mapping)
         keys, values = gather_kv(kv_cache, meta.block_tables, meta.max_context_len, workspace)   # (B, H, C, D) each
