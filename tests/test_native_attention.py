@@ -5,8 +5,13 @@ import torch
 
 from labsupport.engine import LLMEngine, ModelRunner, native_attention
 from labsupport.engine.attention import build_metadata, paged_attention
-from labsupport.engine.native_attention import (MAX_MULTI_QUERY_TOKENS, MAX_QUERY_LEN, paged_attention_in_place,
-                                                resolve_backend, takes_step)
+from labsupport.engine.native_attention import (
+    MAX_MULTI_QUERY_TOKENS,
+    MAX_QUERY_LEN,
+    paged_attention_in_place,
+    resolve_backend,
+    takes_step,
+)
 from labsupport.sampling import GREEDY
 
 needs_kernel = pytest.mark.skipif(native_attention.unavailable_reason() is not None,
