@@ -184,6 +184,37 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
                              tree=bool(ancestors), needs_mask=needs_mask)
 
 
+def check_metadata(meta: AttentionMetadata, num_blocks: int, block_size: int,
+                   device: torch.device | str = "cpu") -> None:
+    """Check a caller's metadata against a pool of ``num_blocks`` blocks of ``block_size`` slots before a
+    kernel follows it (:func:`build_metadata` makes consistent metadata; this is for metadata from elsewhere).
+
+    Raises:
+        ValueError: a tensor not int64 on ``device`` of its shape, or not contiguous; ``lens`` that disagree
+            with ``query_lens`` / ``context_lens`` (or a context shorter than its queries); tables too short
+            for the longest context; a block id or slot outside the pool.
+    """
+    b, n = meta.num_seqs, sum(meta.query_lens)
+    tables, slots, lens = meta.block_tables, meta.slot_mapping, meta.lens
+    for name, t, shape in (("meta.block_tables", tables, (b, tables.shape[-1])), ("meta.slot_mapping", slots, (n,)),
+                           ("meta.lens", lens, (2, b))):
+        if t.dtype != torch.int64 or t.device.type != torch.device(device).type or not t.is_contiguous() or \
+                tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be a contiguous int64 tensor on {torch.device(device).type} of shape "
+                             f"{shape}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    if lens.tolist() != [list(meta.query_lens), list(meta.context_lens)] or \
+            any(q < 1 or c < q for q, c in zip(meta.query_lens, meta.context_lens)):
+        raise ValueError("meta.lens must hold query_lens and context_lens (each context_len >= its query_len >= 1), "
+                         f"got {lens.tolist()}")
+    lo_block, hi_block = (int(tables.min()), int(tables.max())) if tables.numel() else (0, 0)
+    lo_slot, hi_slot = int(slots.min()), int(slots.max())
+    if lo_block < 0 or hi_block >= num_blocks or lo_slot < 0 or hi_slot >= num_blocks * block_size or \
+            tables.shape[1] * block_size < meta.max_context_len:
+        raise ValueError(f"meta must address blocks in [0, {num_blocks}) and slots in [0, {num_blocks * block_size}) "
+                         f"with room for {meta.max_context_len} keys per table, got blocks {lo_block}..{hi_block}, "
+                         f"slots {lo_slot}..{hi_slot}, {tables.shape[1]} blocks per table of {block_size} slots")
+
+
 def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
     """Ancestor-or-self matrix of a token tree: ``A[i, j]`` is True iff ``j`` is ``i`` or above it.
 

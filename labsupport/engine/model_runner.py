@@ -31,7 +31,7 @@ from ..quant import kv as kvq
 from ..quant.int8 import QUANTIZATIONS, Int8Linear
 from ..validation import check_choice, check_int, is_int
 from . import native_attention
-from .attention import AttentionMetadata, build_metadata, paged_attention
+from .attention import AttentionMetadata, build_metadata, check_metadata, paged_attention
 from .linear import Linear, tune
 from .native_attention import resolve_backend
 
@@ -220,7 +220,7 @@ class ModelRunner:
         meta = build_metadata(query_lens, start_positions, block_tables, self.block_size, self.device, self.dtype,
                               tree_parents=tree_parents, num_heads=self.num_heads, mask=not in_place)
         flat = torch.tensor(ids, dtype=torch.long, device=self.device)
-        hidden = self._blocks(flat, meta, num_layers)                             # (N, E)
+        hidden = self._blocks(flat, meta, num_layers, in_place)                   # (N, E)
         if not all_logits and len(ids) > len(query_lens):                     # pure decode: already one row each
             last = list(itertools.accumulate(query_lens, initial=-1))[1:]
             hidden = hidden.index_select(0, torch.tensor(last, device=self.device))   # (B, E)
@@ -242,31 +242,26 @@ class ModelRunner:
                 addressing blocks outside the pool (:meth:`forward` builds ``meta`` itself and checks
                 the lists it comes from instead).
         """
-        ids, blocks, slots = input_ids, meta.block_tables, meta.slot_mapping
-        if ids.numel() != slots.numel() or ids.numel() != meta.positions.numel():
+        ids = input_ids
+        check_metadata(meta, self.num_blocks, self.block_size, self.device)
+        if ids.numel() != meta.slot_mapping.numel() or ids.numel() != meta.positions.numel():
             raise ValueError(f"input_ids and meta must describe the same new tokens, got {ids.numel()} ids for "
-                             f"{slots.numel()} slots")
+                             f"{meta.slot_mapping.numel()} slots")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {int(ids.min())}..{int(ids.max())}")
         if ids.numel() and int(meta.positions.max()) >= self.max_positions:
             raise ValueError(f"positions must be < n_positions={self.max_positions}, got {int(meta.positions.max())}")
-        if blocks.numel() and (int(blocks.min()) < 0 or int(blocks.max()) >= self.num_blocks or int(slots.min()) < 0
-                               or int(slots.max()) >= self.num_blocks * self.block_size):
-            raise ValueError(f"meta must address blocks in [0, {self.num_blocks}), got block ids "
-                             f"{int(blocks.min())}..{int(blocks.max())}, slots {int(slots.min())}..{int(slots.max())}")
-        if meta.lens.tolist() != [list(meta.query_lens), list(meta.context_lens)] or \
-                blocks.shape[1] * self.block_size < meta.max_context_len or sum(meta.query_lens) != ids.numel():
-            raise ValueError("meta's lengths must agree with its tensors and its tables cover every context, got "
-                             f"lens {meta.lens.tolist()} for {blocks.shape[1]} blocks per table")
-        return self._blocks(input_ids, meta, num_layers)
+        in_place = meta.mask is None and self.attention_backend == "CPU_ATTN" and \
+            native_attention.takes_step(meta.query_lens, meta.tree)
+        return self._blocks(input_ids, meta, num_layers, in_place)
 
-    def _blocks(self, input_ids: torch.Tensor, meta: AttentionMetadata, num_layers: int | None) -> torch.Tensor:
-        """:meth:`hidden_states` without its checks (``forward`` checked the lists ``meta`` was built from)."""
+    def _blocks(self, input_ids: torch.Tensor, meta: AttentionMetadata, num_layers: int | None,
+                in_place: bool) -> torch.Tensor:
+        """:meth:`hidden_states` without its checks (``forward`` checked the lists ``meta`` was built from);
+        ``in_place``: attention by the ``CPU_ATTN`` kernel (``meta`` then has no mask)."""
         x = self.wte[input_ids] + self.wpe[meta.positions]                       # (N, E)
         n, e = x.shape
         workspace = None
-        in_place = meta.mask is None and self.attention_backend == "CPU_ATTN" and \
-            native_attention.takes_step(meta.query_lens, meta.tree)              # the blocks read in place
         if in_place:                                                             # one plan for every layer
             need = meta.max_query_len * self.num_heads * meta.max_context_len
             if self._scores.numel() < need:

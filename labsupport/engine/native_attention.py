@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 from ..validation import check_real
+from .attention import check_metadata
 
 SOURCE = Path(__file__).with_name("paged_attention.c")
 """The kernel's C source, shipped with the package."""
@@ -313,29 +314,13 @@ def _check_inputs(qkv, layer_cache, meta, scale, scores) -> None:
     if meta.tree or meta.max_query_len > MAX_QUERY_LEN:
         raise ValueError(f"CPU_ATTN runs causal chains of at most {MAX_QUERY_LEN} new tokens per sequence, got "
                          f"{'a token tree' if meta.tree else f'{meta.max_query_len} new tokens'}")
-    b, n = meta.num_seqs, sum(meta.query_lens)
-    tables, slots, lens = meta.block_tables, meta.slot_mapping, meta.lens
-    for name, t, shape in (("meta.block_tables", tables, (b, tables.shape[-1])), ("meta.slot_mapping", slots, (n,)),
-                           ("meta.lens", lens, (2, b))):
-        if t.dtype != torch.int64 or t.device.type != "cpu" or not t.is_contiguous() or tuple(t.shape) != shape:
-            raise ValueError(f"{name} must be a contiguous int64 CPU tensor of shape {shape}, got {t.dtype} "
-                             f"{tuple(t.shape)} on {t.device.type}")
-    if lens.tolist() != [list(meta.query_lens), list(meta.context_lens)] or \
-            any(q < 1 or c < q for q, c in zip(meta.query_lens, meta.context_lens)):
-        raise ValueError("meta.lens must hold query_lens and context_lens (each context_len >= its query_len >= 1), "
-                         f"got {lens.tolist()}")
+    check_metadata(meta, num_blocks, block_size)
+    n = sum(meta.query_lens)
     if tuple(qkv.shape) != (n, 3 * heads * dim):
         raise ValueError(f"qkv must have shape ({n}, {3 * heads * dim}) (new tokens, 3·H·D), got {tuple(qkv.shape)}")
     if scores.numel() < meta.max_query_len * heads * meta.max_context_len:
         raise ValueError(f"scores must hold at least {meta.max_query_len * heads * meta.max_context_len} numbers, "
                          f"got {scores.numel()}")
-    lo_block, hi_block = (int(tables.min()), int(tables.max())) if tables.numel() else (0, 0)
-    lo_slot, hi_slot = int(slots.min()), int(slots.max())
-    if lo_block < 0 or hi_block >= num_blocks or lo_slot < 0 or hi_slot >= num_blocks * block_size or \
-            tables.shape[1] * block_size < meta.max_context_len:
-        raise ValueError(f"meta must address blocks in [0, {num_blocks}) and slots in [0, {num_blocks * block_size}) "
-                         f"with room for {meta.max_context_len} keys per table, got blocks {lo_block}..{hi_block}, "
-                         f"slots {lo_slot}..{hi_slot}, {tables.shape[1]} blocks per table of {block_size} slots")
 
 
 def paged_attention_in_place(qkv: torch.Tensor, layer_cache: torch.Tensor, meta, scale: float,
