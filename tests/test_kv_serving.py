@@ -123,13 +123,20 @@ def test_add_prefilled_request_checks_before_changing_anything(lm):
     good = torch.zeros(r.num_layers, 2, 5, r.num_heads, r.head_dim)
     with pytest.raises(ValueError, match="shape"):
         eng.add_prefilled_request([1, 2, 3, 4, 5], 7, good[:, :, :4])
-    with pytest.raises(NoFreeBlocksError):
-        eng.add_prefilled_request(list(range(20)), 7, torch.zeros(r.num_layers, 2, 20, r.num_heads, r.head_dim))
     assert not eng.requests and eng.block_manager.num_used_blocks == 0
+    # 20 tokens can never fit 3 blocks of 4: an error result at once, not a NoFreeBlocksError to wait on forever
+    never = eng.add_prefilled_request(list(range(20)), 7, torch.zeros(r.num_layers, 2, 20, r.num_heads, r.head_dim))
+    assert eng.block_manager.num_used_blocks == 0
     rid = eng.add_prefilled_request([1, 2, 3, 4, 5], 7, good, GREEDY, 1)         # one token: done at once
     outs = eng.step()
-    assert [o.request_id for o in outs] == [rid] and outs[0].finish_reason == "length" and outs[0].token_ids == [7]
+    assert [o.request_id for o in outs] == [never, rid]
+    assert outs[0].finish_reason == "error" and "KV slots" in outs[0].error and outs[0].token_ids == []
+    assert outs[1].finish_reason == "length" and outs[1].token_ids == [7]
     eng.block_manager.audit()
+    busy = eng.add_prefilled_request([1, 2, 3], 7, good[:, :, :3], GREEDY, 4)    # running: max_num_seqs=1 is full
+    with pytest.raises(NoFreeBlocksError):                                       # room later, not never
+        eng.add_prefilled_request([4, 5, 6], 7, good[:, :, :3], GREEDY, 4)
+    assert eng.requests[busy].seq.status.name == "RUNNING" and len(eng.requests) == 3
 
 
 @pytest.mark.slow

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from ..quant.int8 import QUANTIZATIONS
 from ..quant.kv import KV_CACHE_DTYPES
-from ..validation import check_bool, check_callable, check_choice, check_int
+from ..validation import check_bool, check_callable, check_choice, check_int, check_type
 from .native_attention import check_backend_name
 
 
@@ -70,3 +70,24 @@ class EngineConfig:
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         check_choice("quantization", self.quantization, QUANTIZATIONS)
         check_backend_name(self.attention_backend)
+
+
+def make_config(config: EngineConfig | None = None, overrides: dict | None = None,
+                name: str = "engine settings") -> EngineConfig:
+    """``config`` (default :class:`EngineConfig()`) with ``overrides`` applied, every field checked.
+
+    Args:
+        name: what the caller calls ``overrides`` in its messages (``"decode_kwargs"``, ...).
+
+    Raises:
+        TypeError: ``config`` not an EngineConfig, ``overrides`` not a dict, a field of the wrong type.
+        ValueError: an unknown setting (the valid ones are listed), a field outside its range.
+    """
+    if config is not None:
+        check_type("config", config, EngineConfig)
+    overrides = {} if overrides is None else check_type(name, overrides, dict)
+    names = {f.name for f in fields(EngineConfig)}
+    unknown = sorted(set(overrides) - names, key=str)
+    if unknown:
+        raise ValueError(f"unknown {name} {unknown}; valid ones are {sorted(names)}")
+    return replace(config or EngineConfig(), **overrides)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import torch
 
@@ -28,7 +28,7 @@ from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule, context_room, model_eos_ids
 from ..validation import check_int, check_token_ids, check_type, is_int, is_real
 from .block_manager import BlockManager, NoFreeBlocksError
-from .config import EngineConfig
+from .config import EngineConfig, make_config
 from .metrics import RequestMetrics
 from .model_runner import ModelRunner
 from .outputs import EngineSnapshot, RequestOutput
@@ -63,13 +63,7 @@ class LLMEngine:
     """
 
     def __init__(self, lm, config: EngineConfig | None = None, **overrides):
-        names = {f.name for f in fields(EngineConfig)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise ValueError(f"unknown engine settings {unknown}; valid ones are {sorted(names)}")
-        if config is not None:
-            check_type("config", config, EngineConfig)
-        self.config = cfg = replace(config or EngineConfig(), **overrides)
+        self.config = cfg = make_config(config, overrides)
         self.lm = lm
         self.tokenizer = getattr(lm, "tokenizer", None)
         model = getattr(lm, "model", lm)
@@ -143,24 +137,27 @@ class LLMEngine:
         now = self.config.clock()
         if arrival_time is not None and not (is_real(arrival_time) and arrival_time <= now):
             raise ValueError(f"arrival_time must be a time <= the engine clock now ({now}), got {arrival_time!r}")
-        room = context_room(self.runner.max_positions, len(ids))   # the context window's one rule
-        max_new = max(1, min(requested, room))
+        max_new, problem = self._admission(len(ids), requested)
         seq = Seq(request_id, ids, max_new)
         req = Request(seq, params, text, self._generator_for(params, 0),
                        StopRule.from_params(params, self.eos_token_ids, max_new),
                        RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
                        grammar=self._grammar(params))
         self.requests[request_id] = req
-        problem = None
-        if room < 1:
-            problem = (f"prompt of {len(ids)} tokens leaves no room in the context window "
-                       f"(n_positions = {self.runner.max_positions})")
-        problem = problem or self.scheduler.why_never_fits(len(ids), max_new)
         if problem is not None:
             self._fail(seq, problem, now)
         else:
             self.scheduler.add(seq)
         return request_id
+
+    def _admission(self, prompt_len: int, requested: int) -> tuple[int, str | None]:
+        """``(max_new_tokens cut to the context window, why the request can never run or None)``."""
+        room = context_room(self.runner.max_positions, prompt_len)  # the context window's one rule
+        max_new = max(1, min(requested, room))
+        if room < 1:
+            return max_new, (f"prompt of {prompt_len} tokens leaves no room in the context window "
+                             f"(n_positions = {self.runner.max_positions})")
+        return max_new, self.scheduler.why_never_fits(prompt_len, max_new)
 
     def add_prefilled_request(self, prompt_ids: Sequence[int], first_token: int, kv: torch.Tensor,
                               params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
@@ -182,6 +179,7 @@ class LLMEngine:
             TypeError / ValueError: as :meth:`add_request`; a ``kv`` that is not a finite float
                 tensor of the right shape.
             NoFreeBlocksError: no room now (``max_num_seqs`` running or too few blocks); nothing changes.
+                A request that could never fit this engine is not an exception: it finishes with ``"error"``.
         """
         ids = check_token_ids("prompt_ids", prompt_ids, self.runner.vocab_size)
         first = check_token_ids("first_token", [first_token], self.runner.vocab_size)[0]
@@ -201,6 +199,9 @@ class LLMEngine:
             if kv.numel() and float(kv.abs().max()) > top:
                 raise ValueError(f"kv must hold values within ±{top:.3g} for kv_cache_dtype="
                                  f"{r.kv_cache_dtype!r}, got {float(kv.abs().max()):.3g}")
+        requested = params.max_tokens if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
+        if self._admission(len(ids), requested)[1] is not None:    # can never run here: finishes with "error"
+            return self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
         if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
             raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
         rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)

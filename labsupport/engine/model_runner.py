@@ -33,6 +33,7 @@ from ..validation import check_choice, check_int, is_int
 from . import native_attention
 from .attention import AttentionMetadata, build_metadata, check_metadata, paged_attention
 from .linear import Linear, tune
+from .memory import check_pool_fits
 from .native_attention import resolve_backend
 
 
@@ -113,6 +114,11 @@ class ModelRunner:
         self.max_positions = cfg.n_positions
         self.vocab_size = cfg.vocab_size
         self.eps = cfg.layer_norm_epsilon
+        kv_dtype = kvq.storage_dtype(kv_cache_dtype) or self.dtype
+        per_block = math.prod(self.cache_shape(1)) * kv_dtype.itemsize + \
+            (0 if kv_cache_dtype == "auto" else 2 * math.prod(self.cache_shape(1)[:-1]))
+        check_pool_fits("num_blocks", num_blocks, per_block, self.device)
+        check_pool_fits("num_cpu_blocks", num_cpu_blocks, per_block, torch.device("cpu"))
         t = model.transformer
         self.wte, self.wpe = t.wte.weight.detach(), t.wpe.weight.detach()
         self.ln_f = (t.ln_f.weight.detach(), t.ln_f.bias.detach())
@@ -135,8 +141,7 @@ class ModelRunner:
                                       act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
         # each matrix shape's fastest kernel per row count, measured once per process (linear.py)
         self.kernel_choices = {} if quantization == "int8" else tune(self.matrices())
-        self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=kvq.storage_dtype(kv_cache_dtype) or self.dtype,
-                                    device=self.device)
+        self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=kv_dtype, device=self.device)
         self.kv_scales = None if kv_cache_dtype == "auto" else \
             torch.ones(self.cache_shape(num_blocks)[:-1], dtype=torch.float16, device=self.device)
         self.cpu_cache: torch.Tensor | None = None

@@ -23,243 +23,17 @@ timeouts; :class:`DisaggregatedServer` is a context manager that always stops an
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue
-import threading
 import time
-import types
-from collections import deque
-from dataclasses import dataclass, field
 
-import numpy as np
-import torch
 from typing_extensions import Self
 
-from ..sampling import GREEDY
-from ..validation import check_bool, check_int, check_real
+from ..engine.config import make_config
 from ..quant.kv import check_compress
-from .kv_transfer import KVPayload, LayerAssembler, LayerwiseKVConnector, recv_blocks
+from ..validation import check_bool, check_int, check_real, check_token_ids, check_type
+from .disagg_workers import WorkerDied, decode_loop, prefill_loop, run_worker
+from .workload import ServeRequest, ServeResult, latency_table, mixed_workload, run_colocated
 
 __all__ = ["DisaggregatedServer", "ServeRequest", "ServeResult", "latency_table", "mixed_workload", "run_colocated"]
-
-
-@dataclass
-class ServeRequest:
-    """One request of a workload: ``arrival`` seconds after the start."""
-
-    request_id: str
-    prompt_ids: list[int]
-    max_new_tokens: int
-    arrival: float = 0.0
-
-
-@dataclass
-class ServeResult:
-    """What the client saw of one request (times on ``time.perf_counter``).
-
-    Attributes:
-        token_ids: generated tokens; finish_reason: the engine's; arrival_time, token_times.
-        kv_bytes: bytes of KV shipped for it (0 colocated).
-        transfer_time: seconds from the first token (end of the prefill) until the decode side
-            had the whole KV: the transfer time the prefill did not hide (0 colocated).
-    """
-
-    request_id: str
-    token_ids: list[int]
-    finish_reason: str | None
-    arrival_time: float
-    token_times: list[float] = field(default_factory=list)
-    kv_bytes: int = 0
-    transfer_time: float = 0.0
-    error: str | None = None
-
-    @property
-    def ttft(self) -> float:
-        return self.token_times[0] - self.arrival_time
-
-    @property
-    def itl(self) -> list[float]:
-        return list(np.diff(self.token_times))
-
-
-def mixed_workload(vocab_size: int, num_pairs: int = 4, long_prompt: int = 600, long_new: int = 4,
-                   short_prompt: int = 16, short_new: int = 48, gap: float = 0.03, seed: int = 0) -> list[ServeRequest]:
-    """Alternating requests: a short prompt with a long answer, then a long prompt with a short
-    answer, ``gap`` seconds apart (random token ids from a seeded generator).
-
-    Raises:
-        TypeError / ValueError: a size < 1, a gap < 0.
-    """
-    num_pairs = check_int("num_pairs", num_pairs, 1)
-    for name, v in (("long_prompt", long_prompt), ("long_new", long_new), ("short_prompt", short_prompt),
-                    ("short_new", short_new), ("vocab_size", vocab_size)):
-        check_int(name, v, 1)
-    gap = check_real("gap", gap, 0.0)
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(num_pairs):
-        for kind, plen, new in (("short", short_prompt, short_new), ("long", long_prompt, long_new)):
-            ids = rng.integers(0, vocab_size, plen).tolist()
-            out.append(ServeRequest(f"{kind}{i}", ids, new, gap * len(out)))
-    return out
-
-
-def _result(engine, rid: str, kv_bytes: int = 0, transfer: float = 0.0) -> ServeResult:
-    o = engine.output(rid)
-    return ServeResult(rid, list(o.token_ids), o.finish_reason, o.metrics.arrival_time, list(o.metrics.token_times),
-                       kv_bytes, transfer, o.error)
-
-
-def run_colocated(lm, requests: list[ServeRequest], timeout: float = 120.0, **engine_kwargs) -> dict[str, ServeResult]:
-    """One engine serves the workload in this process, in real time (one torch thread).
-
-    Requests are added when their arrival time has come; the engine steps while it has work.
-
-    Raises:
-        TimeoutError: the run took longer than ``timeout`` seconds.
-    """
-    from ..engine import LLMEngine
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        engine = LLMEngine(lm, **engine_kwargs)
-        todo = deque(sorted(requests, key=lambda r: r.arrival))
-        start = time.perf_counter()
-        while todo or engine.has_unfinished_requests():
-            now = time.perf_counter()
-            if now - start > timeout:
-                raise TimeoutError(f"colocated run took longer than {timeout} s")
-            while todo and start + todo[0].arrival <= now:
-                r = todo.popleft()
-                engine.add_request(r.prompt_ids, GREEDY, r.max_new_tokens, r.request_id, start + r.arrival)
-            if engine.has_unfinished_requests():
-                engine.step()
-            elif todo:
-                time.sleep(max(0.0, start + todo[0].arrival - time.perf_counter()))
-        return {r.request_id: _result(engine, r.request_id) for r in requests}
-    finally:
-        torch.set_num_threads(threads)
-
-
-# ----------------------------------------------------------------------------- the two workers
-
-def _weights_only_model(state: dict[str, torch.Tensor], config: dict) -> torch.nn.Module:
-    """A module tree with the parameter names of ``GPT2LMHeadModel`` and a plain config, built
-    from a state dict: all the model runner reads. A worker builds it in a fraction of a second
-    instead of importing ``transformers`` (the slow part of starting a worker)."""
-    root = torch.nn.Module()
-    for key, tensor in state.items():
-        *path, leaf = key.split(".")
-        node = root
-        for name, nxt in zip(path, path[1:] + [leaf]):
-            if not hasattr(node, name):
-                child = torch.nn.ModuleList() if nxt.isdigit() else torch.nn.Module()
-                if name.isdigit():
-                    node.append(child)
-                else:
-                    setattr(node, name, child)
-            node = node[int(name)] if name.isdigit() else getattr(node, name)
-        setattr(node, leaf, torch.nn.Parameter(tensor, requires_grad=False))
-    for block in root.transformer.h:
-        block.mlp.act = torch.nn.Identity()                        # the runner uses its own gelu
-    root.config = types.SimpleNamespace(**config)
-    return root
-
-
-def _load(model: tuple[dict, dict], engine_kwargs: dict, connector=None):
-    torch.set_num_threads(1)
-    from ..engine import LLMEngine
-
-    engine = LLMEngine(_weights_only_model(*model), **engine_kwargs)
-    engine.kv_connector = connector
-    return engine
-
-
-def _prefill_worker(model: tuple[dict, dict], engine_kwargs: dict, req_conn, kv_conn, deadline: float,
-                    compress: str | None = None) -> None:
-    """Run prompts only; ship each prompt's KV and first token to the decode worker."""
-    connector = LayerwiseKVConnector(kv_conn, compress)
-    engine = _load(model, engine_kwargs)
-    connector.attach(engine)
-    req_conn.send("ready")
-    while time.perf_counter() < deadline:
-        busy = engine.has_unfinished_requests()
-        while req_conn.poll(0 if busy else 0.02):
-            msg = req_conn.recv()
-            if msg is None:                                        # the client is done
-                connector.close()
-                kv_conn.send(None)
-                return
-            rid, ids, max_new, arrival, layerwise = msg
-            connector.max_new_tokens[rid] = max_new
-            if layerwise:
-                connector.layerwise.add(rid)
-            engine.add_request(ids, GREEDY, 1, rid, min(arrival, engine.config.clock()))
-            out = engine.output(rid)
-            if out.finish_reason == "error":                       # could never run here: tell the client
-                kv = torch.zeros(0)
-                connector.layerwise.discard(rid)
-                connector.send(KVPayload(rid, ids, 0, kv, max_new, arrival, arrival, extra={"error": out.error}))
-            busy = True
-        if busy:
-            engine.step()
-
-
-def _receiver(kv_conn, inbox: queue.Queue, deadline: float) -> None:
-    assembler = LayerAssembler()
-    while time.perf_counter() < deadline:
-        try:
-            payload = recv_blocks(kv_conn, 0.05)
-        except EOFError:
-            inbox.put(None)
-            return
-        if payload is not None and (payload := assembler.add(payload)) is not None:
-            inbox.put(payload)
-
-
-def _decode_worker(model: tuple[dict, dict], engine_kwargs: dict, kv_conn, out_conn, deadline: float) -> None:
-    """Receive prefilled requests, install their KV, decode, send each finished result to the client."""
-    from ..engine import NoFreeBlocksError
-
-    engine = _load(model, engine_kwargs)
-    inbox: queue.Queue = queue.Queue()
-    threading.Thread(target=_receiver, args=(kv_conn, inbox, deadline), daemon=True).start()
-    out_conn.send("ready")
-    pending: deque[KVPayload] = deque()
-    transfers: dict[str, tuple[int, float]] = {}
-    stopping = False
-    while time.perf_counter() < deadline:
-        busy = engine.has_unfinished_requests() or bool(pending)
-        try:
-            while True:
-                payload = inbox.get_nowait() if busy else inbox.get(timeout=0.02)
-                if payload is None:
-                    stopping = True
-                    break
-                if payload.extra.get("error"):
-                    out_conn.send(ServeResult(payload.request_id, [], "error", payload.arrival_time,
-                                              error=payload.extra["error"]))
-                    continue
-                pending.append(payload)
-                busy = True
-        except queue.Empty:
-            pass
-        while pending:
-            p = pending[0]
-            try:
-                engine.add_prefilled_request(p.prompt_ids, p.first_token, p.kv, GREEDY, p.max_new_tokens, p.request_id,
-                                             arrival_time=p.arrival_time, first_token_time=p.first_token_time)
-            except NoFreeBlocksError:
-                break
-            pending.popleft()
-            transfers[p.request_id] = (p.num_bytes, p.recv_time - p.first_token_time)
-        if engine.has_unfinished_requests():
-            for o in engine.step():
-                if o.finished:
-                    out_conn.send(_result(engine, o.request_id, *transfers.pop(o.request_id, (0, 0.0))))
-        elif stopping and not pending:
-            out_conn.send(None)
-            return
 
 
 class DisaggregatedServer:
@@ -269,7 +43,8 @@ class DisaggregatedServer:
         model: a loaded GPT-2 (a :class:`~labsupport.models.LoadedModel` or the bare model);
             its weights and config are sent to both workers, which rebuild it without
             importing ``transformers`` (so they start in a second or two).
-        prefill_kwargs / decode_kwargs: :class:`~labsupport.engine.EngineConfig` fields of each engine.
+        prefill_kwargs / decode_kwargs: :class:`~labsupport.engine.EngineConfig` fields of each
+            engine, checked here before any process starts.
         timeout: seconds the workers may live in all; each of them exits by then.
         kv_transfer_compress: ``None``, ``"int8"`` or ``"fp8"``: 8-bit KV on the wire between the
             workers (:class:`~labsupport.serving.kv_transfer.KVConnector`'s ``compress``).
@@ -277,8 +52,10 @@ class DisaggregatedServer:
     Use ``with DisaggregatedServer(...) as server: results = server.serve(requests)``.
 
     Raises:
+        TypeError / ValueError: a bad setting (``prefill_kwargs`` / ``decode_kwargs`` named).
         TimeoutError: a worker did not start, or results did not come, in time.
-        RuntimeError: a worker died.
+        RuntimeError: "a worker died: ...", with the worker's own message (or its exit signal),
+            as soon as it is seen; the server serves nothing after that.
     """
 
     def __init__(self, model, prefill_kwargs: dict | None = None,
@@ -286,8 +63,14 @@ class DisaggregatedServer:
         model = getattr(model, "model", model)
         if getattr(getattr(model, "config", None), "model_type", None) != "gpt2":
             raise ValueError(f"model must be a GPT-2-family model, got {type(model).__name__}")
+        for name, kw in (("prefill_kwargs", prefill_kwargs), ("decode_kwargs", decode_kwargs)):
+            try:
+                make_config(None, kw, name)                        # here, not in a worker process
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"{name}: {err}") from None
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         self.model = (state, model.config.to_dict())
+        self.vocab_size = int(model.config.vocab_size)
         self.prefill_kwargs = dict(prefill_kwargs or {})
         self.decode_kwargs = dict(decode_kwargs or {})
         self.timeout = check_real("timeout", timeout, 1.0)
@@ -297,6 +80,8 @@ class DisaggregatedServer:
                              f"layer by layer as stored (got {self.prefill_kwargs['kv_cache_dtype']!r}); ship 8-bit KV "
                              "with kv_transfer_compress='int8' instead")
         self._procs: list[mp.Process] = []
+        self._served: set[str] = set()                             # request ids the workers have seen
+        self._died: RuntimeError | None = None
 
     def __enter__(self) -> Self:
         ctx = mp.get_context("spawn")
@@ -305,54 +90,143 @@ class DisaggregatedServer:
         kv_recv, kv_send = ctx.Pipe(duplex=False)
         self._out, out_child = ctx.Pipe()
         self._procs = [
-            ctx.Process(target=_prefill_worker, name="prefill-worker", daemon=True,
-                        args=(self.model, self.prefill_kwargs, req_child, kv_send, self.deadline,
-                              self.kv_transfer_compress)),
-            ctx.Process(target=_decode_worker, name="decode-worker", daemon=True,
-                        args=(self.model, self.decode_kwargs, kv_recv, out_child, self.deadline)),
+            ctx.Process(target=run_worker, name="prefill-worker", daemon=True,
+                        args=("prefill-worker", prefill_loop, req_child, self.model, self.prefill_kwargs, kv_send,
+                              self.deadline, self.kv_transfer_compress)),
+            ctx.Process(target=run_worker, name="decode-worker", daemon=True,
+                        args=("decode-worker", decode_loop, out_child, self.model, self.decode_kwargs, kv_recv,
+                              self.deadline)),
         ]
         try:
             for p in self._procs:
                 p.start()
-            for conn in (self._req, self._out):
-                if not conn.poll(min(60.0, self.timeout)) or conn.recv() != "ready":
+            for conn in (req_child, kv_recv, kv_send, out_child):   # the workers hold them now: a death is an EOF here
+                conn.close()
+            ready = {self._req: False, self._out: False}
+            until = time.perf_counter() + min(60.0, self.timeout)
+            while not all(ready.values()):
+                for conn, done in list(ready.items()):
+                    if not done and self._poll(conn, 0.02):
+                        ready[conn] = self._recv(conn) == "ready"
+                self._check_alive()
+                if time.perf_counter() > until:
                     raise TimeoutError("a worker did not start in time")
         except BaseException:
             self.close()
             raise
         return self
 
+    # -------------------------------------------------------------- a worker's death, seen at once
+    def _dead(self, why: str) -> RuntimeError:
+        self._died = self._died or RuntimeError(f"a worker died: {why}")
+        return self._died
+
+    def _poll(self, conn, wait: float) -> bool:
+        try:
+            return conn.poll(wait)
+        except (EOFError, OSError):
+            return True                                           # recv will say why
+
+    def _recv(self, conn):
+        """The next message; a worker's last words or a closed pipe raise "a worker died"."""
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            self._check_alive(wait=2.0)
+            raise self._dead("its pipe closed with no message") from None
+        if isinstance(msg, WorkerDied):
+            raise self._dead(f"{msg.worker}: {msg.message}")
+        return msg
+
+    def _check_alive(self, wait: float = 0.0) -> None:
+        """Raise "a worker died" if one has exited (its message first, if it sent one)."""
+        for p in self._procs:
+            p.join(timeout=wait) if wait else None
+            if p.exitcode is None:
+                continue
+            conn = self._req if p.name == "prefill-worker" else self._out
+            while self._poll(conn, 0.0):
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    break
+                if isinstance(msg, WorkerDied):
+                    raise self._dead(f"{msg.worker}: {msg.message}")
+            if p.exitcode == 0 and time.perf_counter() >= self.deadline:
+                raise TimeoutError(f"{p.name} stopped at the server's deadline ({self.timeout:g} s after the start)")
+            how = f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exit status {p.exitcode}"
+            raise self._dead(f"{p.name} ({how})")
+
+    def _check_requests(self, requests) -> list[ServeRequest]:
+        """Every request checked before any is sent (a refused call sends nothing)."""
+        if not isinstance(requests, (list, tuple)):
+            raise TypeError(f"requests must be a list of ServeRequest, got {type(requests).__name__}")
+        seen: set[str] = set()
+        for i, r in enumerate(requests):
+            check_type(f"requests[{i}]", r, ServeRequest)
+            rid = r.request_id
+            if not isinstance(rid, str) or not rid:
+                raise (TypeError if not isinstance(rid, str) else ValueError)(
+                    f"request_id must be a non-empty str, got {rid!r} (requests[{i}])")
+            if rid in seen or rid in self._served:
+                where = "twice in this call" if rid in seen else "already, by an earlier call to this server"
+                raise ValueError(f"request_id {rid!r} is used {where}; each request needs its own id")
+            seen.add(rid)
+            check_token_ids(f"prompt_ids of request {rid!r}", r.prompt_ids, self.vocab_size)
+            check_int(f"max_new_tokens of request {rid!r}", r.max_new_tokens, 1)
+            check_real(f"arrival of request {rid!r}", r.arrival, 0.0)
+        return list(requests)
+
     def serve(self, requests: list[ServeRequest], layerwise: bool = False) -> dict[str, ServeResult]:
         """Send each request at its arrival time; the results, by request id.
+
+        A request a worker refuses or can never run (e.g. a prompt that fills the context window)
+        comes back with ``finish_reason="error"`` and its reason in ``error``; the others go on.
 
         Args:
             layerwise: stream each prompt's KV layer by layer while it is prefilled (else the
                 whole prompt's KV is sent once its first token is sampled).
+
+        Raises:
+            TypeError / ValueError: a request with a bad ``request_id`` (empty, used twice, used by an
+                earlier call), ``prompt_ids`` (empty, not ids in ``[0, vocab_size)``),
+                ``max_new_tokens`` (< 1) or ``arrival`` (< 0); nothing is sent, the server goes on.
+            RuntimeError: a worker died (now or before).
+            TimeoutError: results did not come before the server's deadline.
         """
         layerwise = check_bool("layerwise", layerwise)
+        requests = self._check_requests(requests)
+        if self._died is not None:
+            raise self._died
         results: dict[str, ServeResult] = {}
 
         def collect(wait: float) -> None:
-            while self._out.poll(wait):
-                r = self._out.recv()
+            while self._poll(self._out, wait):
+                r = self._recv(self._out)
                 if r is None:
                     return
                 results[r.request_id] = r
                 wait = 0.0
+            if self._poll(self._req, 0.0):                          # the prefill worker only ever says why it died
+                self._recv(self._req)
 
         start = time.perf_counter() + 0.01
         for r in sorted(requests, key=lambda r: r.arrival):
             while time.perf_counter() < start + r.arrival:
                 collect(max(0.0, min(0.002, start + r.arrival - time.perf_counter())))
-            self._req.send((r.request_id, list(r.prompt_ids), r.max_new_tokens, start + r.arrival, layerwise))
+            self._check_alive()
+            try:
+                self._req.send((r.request_id, list(r.prompt_ids), r.max_new_tokens, start + r.arrival, layerwise))
+            except OSError:
+                self._check_alive(wait=2.0)
+                raise self._dead("the prefill worker's pipe is closed") from None
+            self._served.add(r.request_id)
         while len(results) < len(requests):
             if time.perf_counter() > self.deadline:
                 raise TimeoutError(f"{len(results)} of {len(requests)} results came in time")
-            if not all(p.is_alive() for p in self._procs):
-                collect(0.0)
-                if len(results) < len(requests):
-                    raise RuntimeError("a worker died")
             collect(0.05)
+            if len(results) < len(requests):
+                self._check_alive()
         return results
 
     def close(self) -> None:
@@ -368,15 +242,10 @@ class DisaggregatedServer:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=2.0)
+        for conn in (getattr(self, "_req", None), getattr(self, "_out", None)):
+            if conn is not None:
+                conn.close()
         self._procs = []
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def latency_table(results: dict[str, ServeResult]) -> dict[str, float]:
-    """TTFT and ITL of a run, p50 and p95, in milliseconds (numpy percentiles)."""
-    ttft = [r.ttft for r in results.values() if r.token_times]
-    itl = [g for r in results.values() for g in r.itl]
-    pct = lambda v, q: 1e3 * float(np.percentile(v, q)) if v else float("nan")
-    return {"ttft_p50": pct(ttft, 50), "ttft_p95": pct(ttft, 95), "itl_p50": pct(itl, 50), "itl_p95": pct(itl, 95)}
