@@ -8,6 +8,12 @@ oldest entry is dropped. A request whose prefix is in a lower tier **promotes** 
 blocks are read back into fresh pool blocks and registered, so the engine's ordinary prefix
 match finds them. Tiers are exclusive: a block lives in one tier at a time.
 
+A lower tier is storage the engine does not control (a file can be cut short, deleted or
+overwritten), so each entry keeps a digest of its block's K/V (BLAKE2b) taken when it was
+demoted; a promotion checks the shape, the dtype and the digest, and an entry that fails is a
+cache miss: it is dropped, counted in :attr:`TieredKVCache.rejected`, and the prefix from that
+block on is recomputed. Wrong K/V never reaches the pool.
+
 A hit in a lower tier trades recomputation (FLOPs, ∝ tokens) for a copy (bytes, ∝ tokens ·
 2·L·H·D·bytes): worth it when the copy is faster than the prefill it saves — on a GPU a CPU
 copy over PCIe usually is, a disk read only for long prefixes.
@@ -18,6 +24,8 @@ block before its data is reused; :class:`TieredKVCache` sets it.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import os
 import tempfile
@@ -32,7 +40,7 @@ from .. import kv as kvm
 from ..sampling import GREEDY, SamplingParams
 from ..validation import check_choice, check_int, check_real, check_type
 
-__all__ = ["STORAGE_TIERS", "TIERS", "StorageTier", "TieredKVCache", "run_chat", "tier_economics"]
+__all__ = ["STORAGE_TIERS", "TIERS", "StorageTier", "TieredKVCache", "kv_digest", "run_chat", "tier_economics"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,22 @@ class _Entry:
     token_ids: list[int]
     kv: torch.Tensor | None = None        # CPU tier: (num_layers, 2, block_size, num_heads, head_dim)
     path: str | None = None               # disk tier: its safetensors file
+    digest: str = ""                      # BLAKE2b of the K/V bytes when demoted: checked on promotion
+
+
+def kv_digest(kv: torch.Tensor) -> str:
+    """A block's K/V fingerprint: BLAKE2b (128 bits) of its bytes, its shape and its dtype."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{tuple(kv.shape)}{kv.dtype}".encode())
+    h.update(kv.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _remove(path: str | None) -> None:
+    """Delete a tier file; one already gone (deleted by someone else) is no error."""
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 class TieredKVCache:
@@ -124,7 +148,9 @@ class TieredKVCache:
         disk_dir: folder for the disk tier; default a new temporary folder, removed by :meth:`close`.
 
     Use :meth:`add_request` instead of ``engine.add_request`` so a prompt's lower-tier blocks
-    are promoted first. Counters: :attr:`demoted`, :attr:`promoted` (per tier), :attr:`dropped`.
+    are promoted first. Counters: :attr:`demoted`, :attr:`promoted` (per tier), :attr:`dropped`,
+    :attr:`rejected` (per tier: entries whose file was missing or unreadable, or whose K/V had the
+    wrong shape or dtype or no longer matched its digest; each a miss), :attr:`rejections` (why).
 
     Raises:
         TypeError / ValueError: capacities not integers ≥ 0, or prefix caching off.
@@ -149,6 +175,8 @@ class TieredKVCache:
         self.demoted = {"cpu": 0, "disk": 0}
         self.promoted = {"cpu": 0, "disk": 0}
         self.dropped = 0
+        self.rejected = {"cpu": 0, "disk": 0}
+        self.rejections: list[str] = []
         self._dropped_keys: set[int] = set()
         self._seen: set[int] = set()                           # every key ever demoted (for audit)
         self.records: list[dict] = []                          # per request: blocks served by each tier, TTFT
@@ -162,7 +190,7 @@ class TieredKVCache:
         kv = self.runner.kv_cache[:, :, block.block_id].detach().to("cpu", copy=True)
         self._seen.add(block.hash)
         self._dropped_keys.discard(block.hash)
-        self._put_cpu(_Entry(block.hash, block.parent_hash, list(block.token_ids), kv))
+        self._put_cpu(_Entry(block.hash, block.parent_hash, list(block.token_ids), kv, digest=kv_digest(kv)))
 
     def _put_cpu(self, entry: _Entry) -> None:
         if self.cpu_capacity == 0:
@@ -181,13 +209,13 @@ class TieredKVCache:
             return
         self._forget(entry.key)
         entry.path = os.path.join(self.disk_dir, f"{entry.key & (2 ** 64 - 1):016x}.safetensors")
-        save_file({"kv": entry.kv.contiguous()}, entry.path)
+        save_file({"kv": entry.kv.contiguous()}, entry.path, metadata={"blake2b": entry.digest})
         entry.kv = None
         self.disk[entry.key] = entry
         self.demoted["disk"] += 1
         while len(self.disk) > self.disk_capacity:
             _, old = self.disk.popitem(last=False)
-            os.remove(old.path)
+            _remove(old.path)
             self._drop(old)
 
     def _drop(self, entry: _Entry) -> None:
@@ -199,7 +227,7 @@ class TieredKVCache:
         if key in self.cpu:
             del self.cpu[key]
         if key in self.disk:
-            os.remove(self.disk.pop(key).path)
+            _remove(self.disk.pop(key).path)
 
     # ------------------------------------------------------------------ promotion
     @torch.inference_mode()
@@ -235,11 +263,9 @@ class TieredKVCache:
                 break
             # out of its tier first: taking a pool block may demote another one into the CPU tier,
             # which could push this very entry down to disk (or drop it) mid-promotion
-            if tier == "cpu":
-                kv = self.cpu.pop(key).kv
-            else:
-                kv = load_file(entry.path)["kv"]
-                os.remove(self.disk.pop(key).path)
+            kv = self._take_out(tier, key)
+            if kv is None:                                     # unreadable or not what was stored: a miss
+                break
             block = pool.take()                                # may demote another block
             self.runner.kv_cache[:, :, block.block_id] = kv.to(self.runner.device)
             block.token_ids = toks
@@ -252,6 +278,31 @@ class TieredKVCache:
         for block_id in reversed(held):                        # the head ends most recently used
             pool.release(block_id)
         return counts
+
+    def _take_out(self, tier: str, key: int) -> torch.Tensor | None:
+        """Remove ``key``'s entry from ``tier``; its K/V if they are exactly what was demoted, else
+        ``None`` (the entry counted in :attr:`rejected`, the reason in :attr:`rejections`)."""
+        entry = (self.cpu if tier == "cpu" else self.disk).pop(key)
+        kv, why = entry.kv, None
+        if tier == "disk":
+            try:
+                kv = load_file(entry.path).get("kv")
+            except Exception as err:                           # noqa: BLE001 - any unreadable file is a miss
+                kv, why = None, f"unreadable ({type(err).__name__}: {err})"
+            _remove(entry.path)
+        shape = self.runner.cache_shape(1)[:2] + self.runner.cache_shape(1)[3:]
+        if why is None and not isinstance(kv, torch.Tensor):
+            why = "no K/V tensor in it"
+        elif why is None and (tuple(kv.shape) != shape or kv.dtype != self.runner.kv_cache.dtype):
+            why = f"K/V of shape {tuple(kv.shape)} and {kv.dtype}, expected {shape} and {self.runner.kv_cache.dtype}"
+        elif why is None and kv_digest(kv) != entry.digest:
+            why = "K/V no longer match the digest taken when it was demoted"
+        if why is None:
+            return kv
+        self.rejected[tier] += 1
+        self.rejections.append(f"{tier} tier block {key & (2 ** 64 - 1):016x}: {why}")
+        self._dropped_keys.add(key)                            # accounted for (audit): gone, never served
+        return None
 
     def add_request(self, prompt: list[int], params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
                     request_id: str | None = None) -> str:
@@ -301,8 +352,7 @@ class TieredKVCache:
         if self.pool.on_evict == self._demote:
             self.pool.on_evict = None
         for entry in self.disk.values():
-            if os.path.exists(entry.path):
-                os.remove(entry.path)
+            _remove(entry.path)
         self.disk.clear()
         if self._tmp is not None:
             self._tmp.cleanup()
