@@ -145,14 +145,20 @@ def shape_from_config(config, name: str = "model") -> ModelShape:
 
     Raises:
         TypeError: a config that is none of those; a size that is not an integer.
-        ValueError: a config without layer / head / width fields (or with one < 1), a
+        ValueError: a path with no config there (or not JSON); a config without layer / head / width fields (or with one < 1), a
             non-GPT-2 config (whose parameter count is not derived here), or one without
             ``vocab_size`` / ``n_positions``.
     """
     if isinstance(config, (str, Path)):
-        path = Path(config)
+        path = Path(config).expanduser()
         path = path / "config.json" if path.is_dir() else path
-        config = json.loads(path.read_text())
+        if not path.is_file():
+            raise ValueError(f"config {str(config)!r} must be a model folder holding config.json or the path of a "
+                             f"config file; {path} does not exist")
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"config {str(config)!r}: {path} is not a readable JSON config ({err})") from None
     if isinstance(config, dict):
         cfg = config
     elif callable(getattr(config, "to_dict", None)):

@@ -124,7 +124,22 @@ def resolve_path(name_or_path: str | os.PathLike) -> str:
                 f"shipped model {key!r} is missing at {path}; restore assets/ from git or run "
                 "`python -m labsupport.train` to rebuild it")
         return str(path)
-    return key
+    if _names_a_folder(name_or_path) and not Path(key).expanduser().is_dir():
+        raise ValueError(f"name_or_path {key!r} names a local folder that does not exist "
+                         f"(resolved: {Path(key).expanduser().resolve()}); give a folder saved with "
+                         f"save_pretrained, a shipped model {sorted(SHIPPED)}, or a Hugging Face id")
+    return str(Path(key).expanduser()) if key.startswith("~") else key
+
+
+def _names_a_folder(name_or_path: str | os.PathLike) -> bool:
+    """True when ``name_or_path`` can only be a local path, never a Hugging Face id (``org/name``):
+    a ``PathLike``, an absolute path, one starting with ``.`` or ``~``, one with two or more
+    separators, or one whose parent folder exists here (``assets/missing``)."""
+    key = str(name_or_path)
+    if isinstance(name_or_path, os.PathLike) or key.startswith((".", "~", os.sep)) or os.path.isabs(key):
+        return True
+    parts = Path(key).parts
+    return len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from ..beam import BeamSearcher, BeamSearchResult, _validate
 from ..generation import _check_length, _prompt_ids
 from ..kv import blocks_needed
 from ..models import LoadedModel
+from ..validation import check_int
 from .block_manager import BlockManager
 from .extend import extend
 from .model_runner import ModelRunner
@@ -70,13 +71,16 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
         beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences,
             ignore_eos: as :func:`labsupport.beam.beam_search`.
         block_size: token slots per KV block.
-        num_blocks: pool size; default enough for every beam of every prompt at full length.
+        num_blocks: pool size; default enough for every beam of every prompt at full length (twice over).
+            At least ``Σ_prompts beam_width · ⌈(prompt + max_new_tokens) / block_size⌉``: the most
+            a search can hold at once (beams share blocks, so it often holds fewer).
 
     Returns:
         a :class:`PagedBeamResult`; each result equals ``beam_search`` on that prompt.
 
     Raises:
-        TypeError / ValueError: as ``beam_search``; an empty list of prompts.
+        TypeError / ValueError: as ``beam_search``; an empty list of prompts; ``num_blocks`` below
+            that least size (checked before anything runs).
     """
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
@@ -86,9 +90,15 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
     ends = frozenset() if ignore_eos else lm.eos_token_ids
     searches = [BeamSearcher(lm, ids, beam_width, _check_length(lm, len(ids), max_new_tokens), length_penalty,
                              early_stopping, ends) for ids in rows]          # the one context-window rule
+    block_size = check_int("block_size", block_size, 1)
+    # every live beam holding its own blocks at full length: the most a search can ever hold at once
+    least = sum(beam_width * blocks_needed(len(r) + s.max_new_tokens, block_size) for r, s in zip(rows, searches))
     if num_blocks is None:
         per_beam = blocks_needed(max(len(r) + s.max_new_tokens for r, s in zip(rows, searches)), block_size) + 1
         num_blocks = len(rows) * (2 * beam_width) * per_beam
+    elif check_int("num_blocks", num_blocks, 1) < least:
+        raise ValueError(f"num_blocks must be at least {least} for these prompts (beam_width {beam_width} beams of "
+                         f"prompt + max_new_tokens tokens each, in blocks of {block_size}), got {num_blocks}")
     bm = BlockManager(num_blocks, block_size)
     runner = ModelRunner(lm, block_size, num_blocks)
     start = time.perf_counter()

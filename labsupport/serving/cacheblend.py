@@ -194,7 +194,27 @@ class CacheBlend:
 
     @torch.inference_mode()
     def blend(self, selected: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The joined context cache ``(L, T, H, D)`` with ``selected`` tokens recomputed."""
+        """The joined context cache ``(L, T, H, D)`` with ``selected`` tokens recomputed.
+
+        Args:
+            selected: context positions in ``[0, T)``, each at most once (as :meth:`select` returns).
+
+        Raises:
+            TypeError: ``selected`` not a list, tuple or 1-D array of integers.
+            ValueError: a position outside ``[0, T)`` (negative ones included: no wrap-around) or a
+                position given twice.
+        """
+        if isinstance(selected, torch.Tensor) or hasattr(selected, "tolist"):
+            selected = selected.tolist()
+        if not isinstance(selected, (list, tuple)) or any(not is_int(i) for i in selected):
+            raise TypeError(f"selected must be a list of context positions (integers), got {selected!r}")
+        selected = [int(i) for i in selected]
+        outside = [i for i in selected if not 0 <= i < self.T]
+        if outside:
+            raise ValueError(f"selected must hold context positions in [0, {self.T}), got {outside[:5]}")
+        if len(set(selected)) != len(selected):
+            twice = sorted({i for i in selected if selected.count(i) > 1})
+            raise ValueError(f"selected must name each context position once, got {twice[:5]} more than once")
         r = self.run_
         keys, values = self.reused_k.clone(), self.reused_v.clone()
         if not selected:
