@@ -195,7 +195,7 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     check_bool("record", record)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
-    rule = StopRule.from_params(params, lm.eos_token_ids, max_new)
+    rule = StopRule.from_params(params, lm.eos_token_ids, max_new, lm.model.config.vocab_size)
     grammar = _grammar(lm, params)
     state = 0 if grammar is None else grammar.initial_state()
     seq = list(ids)
@@ -273,7 +273,8 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
         raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
     rows = [_prompt_ids(lm, p) for p in prompts]
     requested = params.max_tokens if max_new_tokens is None else max_new_tokens
-    rules = [StopRule.from_params(params, lm.eos_token_ids, _check_length(lm, len(r), requested)) for r in rows]
+    rules = [StopRule.from_params(params, lm.eos_token_ids, _check_length(lm, len(r), requested),
+                                 lm.model.config.vocab_size) for r in rows]
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)

@@ -12,7 +12,10 @@ follows vLLM's ``SamplingParams`` semantics:
   checkpoints list more than one in ``generation_config.eos_token_id``), one of
   ``stop_token_ids``, or the decoded new text now contains one of the ``stop`` strings.
   ``ignore_eos`` switches off the EOS ids only. Before ``min_tokens`` new tokens exist, no
-  EOS / stop id / stop string ends the sequence.
+  EOS / stop id / stop string ends the sequence, and a stop string that was complete before
+  then never counts later either (neither to end the sequence nor to cut its text): only an
+  occurrence that ends in the text of token ``min_tokens`` or later does (vLLM checks only
+  the text each new token adds, once ``min_tokens`` are out).
 * ``"length"``: ``max_tokens`` new tokens exist, or the context window is full.
 
 The returned ``token_ids`` keep the stopping token; the *text* drops a final EOS or stop id
@@ -27,9 +30,11 @@ from dataclasses import dataclass
 STOP, LENGTH = "stop", "length"
 
 
-def stop_string_index(text: str, stops: Sequence[str]) -> int | None:
-    """Index where the earliest of ``stops`` starts in ``text``, or ``None``."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+def stop_string_index(text: str, stops: Sequence[str], floor: int = 0) -> int | None:
+    """Index where the earliest of ``stops`` starts in ``text``, or ``None``, counting only
+    occurrences that end after character ``floor`` (text before ``floor`` came before
+    ``min_tokens`` and can stop nothing; an occurrence may still start there)."""
+    hits = [i for i in (text.find(s, max(0, floor - len(s) + 1)) for s in stops) if i >= 0]
     return min(hits) if hits else None
 
 
@@ -78,11 +83,21 @@ class StopRule:
     max_tokens: int
 
     @classmethod
-    def from_params(cls, params, eos_token_ids: Iterable[int] | int | None, max_tokens: int) -> StopRule:
+    def from_params(cls, params, eos_token_ids: Iterable[int] | int | None, max_tokens: int,
+                    vocab_size: int | None = None) -> StopRule:
         """The rule for ``params`` (a :class:`~labsupport.sampling.SamplingParams`) on a model whose
-        end-of-sequence ids are ``eos_token_ids``, allowed ``max_tokens`` new tokens."""
+        end-of-sequence ids are ``eos_token_ids``, allowed ``max_tokens`` new tokens.
+
+        Raises:
+            ValueError: a ``stop_token_ids`` entry outside ``[0, vocab_size)`` (when ``vocab_size`` is
+                given: every decoding path gives it, so such a request is refused when it is added,
+                before it could index past the logits of a batch it shares).
+        """
         eos = frozenset() if params.ignore_eos else eos_ids_of(eos_token_ids)
         stop_ids = eos_ids_of(getattr(params, "stop_token_ids", ()))
+        outside = sorted(t for t in stop_ids if vocab_size is not None and not 0 <= t < vocab_size)
+        if outside:
+            raise ValueError(f"stop_token_ids must be token ids in [0, {vocab_size}), got {outside[:5]}")
         return cls(end_ids=eos | stop_ids, stop=tuple(params.stop),
                    min_tokens=int(getattr(params, "min_tokens", 0)), max_tokens=int(max_tokens))
 
@@ -95,7 +110,7 @@ class StopRule:
         if n >= self.min_tokens and n > 0:
             if new_ids[-1] in self.end_ids:
                 return STOP
-            if self.stop and decode is not None and stop_string_index(decode(list(new_ids)), self.stop) is not None:
+            if self.stop and decode is not None and self._stop_at(list(new_ids), decode(list(new_ids)), decode) is not None:
                 return STOP
         if n >= self.max_tokens:
             return LENGTH
@@ -121,5 +136,11 @@ class StopRule:
         if finish_reason == STOP and ids and ids[-1] in self.end_ids:
             ids = ids[:-1]
         text = decode(ids)
-        cut = stop_string_index(text, self.stop) if self.stop else None
+        cut = self._stop_at(list(new_ids), text, decode) if self.stop else None
         return text if cut is None else text[:cut]
+
+    def _stop_at(self, new_ids: list[int], text: str, decode: Callable[[list[int]], str]) -> int | None:
+        """Where the earliest stop string that counts starts in ``text`` (the decoded ``new_ids``):
+        one ending in the text of token ``min_tokens`` or later."""
+        floor = len(decode(new_ids[:self.min_tokens - 1])) if self.min_tokens > 1 else 0
+        return stop_string_index(text, self.stop, floor)

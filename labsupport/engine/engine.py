@@ -140,7 +140,7 @@ class LLMEngine:
         max_new, problem = self._admission(len(ids), requested)
         seq = Seq(request_id, ids, max_new)
         req = Request(seq, params, text, self._generator_for(params, 0),
-                       StopRule.from_params(params, self.eos_token_ids, max_new),
+                       StopRule.from_params(params, self.eos_token_ids, max_new, self.runner.vocab_size),
                        RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
                        grammar=self._grammar(params))
         self.requests[request_id] = req

@@ -95,7 +95,8 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=target.device).manual_seed(params.seed)
     loop = _Loop(target)
-    s = SpecSequence("0", list(ids), [], params, generator, StopRule.from_params(params, target.eos_token_ids, max_new),
+    s = SpecSequence("0", list(ids), [], params, generator, StopRule.from_params(params, target.eos_token_ids, max_new,
+                                                                                 target.model.config.vocab_size),
                      max_new, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens),
                      grammar=_grammar(target, params))
     t0 = time.perf_counter()
