@@ -345,6 +345,27 @@ class LLMEngine:
         out = self.scheduler.schedule()                                        # 1. schedule
         if out.is_empty and not reported and self.scheduler.has_unfinished():
             raise RuntimeError("the scheduler made no progress although requests are unfinished")
+        try:
+            return self._run_step(out, reported)
+        except Exception as err:                                               # no request left half-updated
+            self._end_with_error([s.seq.seq_id for s in out.scheduled], err, reported)
+            raise
+
+    def _end_with_error(self, seq_ids: list[str], err: Exception, reported: list[str]) -> None:
+        """An exception escaped a step: every request the step touched ends with ``"error"`` and the
+        message (its blocks freed, reported by the next step, with those not yet reported), so the
+        engine never goes on with a request half-updated; the other requests go on."""
+        now, why = self.config.clock(), f"the engine step failed: {type(err).__name__}: {err}"
+        self._reported = reported + self._reported
+        for rid in dict.fromkeys(seq_ids):
+            req = self.requests.get(rid)
+            if req is None or req.seq.is_finished:
+                continue
+            self.scheduler.finish(req.seq, "error")
+            req.seq.error, req.metrics.finish_time = why, now
+            self._reported.append(rid)
+
+    def _run_step(self, out: SchedulerOutput, reported: list[str]) -> list[RequestOutput]:
         self.runner.swap_out(out.blocks_to_swap_out)                           # 2. move blocks: out, in, copies
         self.runner.swap_in(out.blocks_to_swap_in)
         self.runner.copy_blocks(out.blocks_to_copy)

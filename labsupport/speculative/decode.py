@@ -87,6 +87,7 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
     check_type("params", params, SamplingParams)
     if not isinstance(proposer, Proposer):
         raise TypeError(f"proposer must be a Proposer, got {type(proposer).__name__}")
+    proposer.check_target(target)
     if proposer.needs_paged_target:
         raise ValueError(f"the {proposer.name} proposer reads the target's paged cache or hidden states; "
                          "run it with SpeculativeEngine")

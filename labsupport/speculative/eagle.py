@@ -216,10 +216,16 @@ class EagleProposer(Proposer):
         s.state["eagle_kv"] = (k[-WINDOW:], v[-WINDOW:])
         s.state["eagle_next"] = out[-1]                           # ĥ after the last committed token
 
-    def start(self, engine, seqs) -> None:
-        e = engine.runner.lm_head.shape[1]
+    def check_target(self, target) -> None:
+        """The head must be trained for the target's hidden size."""
+        self._check_width(int(target.model.config.n_embd))
+
+    def _check_width(self, e: int) -> None:
         if self.head.n_embd != e:
             raise ValueError(f"the EAGLE head has n_embd {self.head.n_embd}, the target {e}")
+
+    def start(self, engine, seqs) -> None:
+        self._check_width(engine.runner.lm_head.shape[1])
         for s in seqs:
             s.state["eagle_kv"] = s.state["eagle_next"] = None
             feats = s.state.get("prompt_hidden")                 # (len(prompt) − 1, E): h_0 … h_{n-2}

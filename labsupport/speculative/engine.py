@@ -95,6 +95,8 @@ class SpeculativeEngine(LLMEngine):
             raise TypeError(f"proposer must be a Proposer, a speculative_config or None, got {type(proposer).__name__}")
         if policy is not None and not isinstance(policy, SpecPolicy):
             raise TypeError(f"policy must be a SpecPolicy or None, got {type(policy).__name__}")
+        if proposer is not None:
+            proposer.check_target(lm)                               # here, not in the first step
         self.proposer, self.policy = proposer, policy
         self.keep_trees = check_bool("keep_trees", keep_trees)
         self.target = lm
@@ -143,10 +145,14 @@ class SpeculativeEngine(LLMEngine):
             outputs of the requests that got tokens or finished in this step.
         """
         reported, self._reported = self._reported, []
-        self._admit(self.config.clock())
-        running = [self.spec[s.seq_id] for s in self.scheduler.running]
-        running = [s for s in running if self._grammar_can_go_on(s, reported)]
-        finished = self._round(running) if running else []
+        try:
+            self._admit(self.config.clock())
+            running = [self.spec[s.seq_id] for s in self.scheduler.running]
+            running = [s for s in running if self._grammar_can_go_on(s, reported)]
+            finished = self._round(running) if running else []
+        except Exception as err:                                    # no request left half-updated
+            self._end_with_error([s.seq_id for s in self.scheduler.running], err, reported)
+            raise
         self.step_count += 1
         self._last_finished = finished + reported
         return [self.output(rid) for rid in reported + [s.request_id for s in running]]
@@ -276,6 +282,11 @@ class SpeculativeEngine(LLMEngine):
             chain = list(range(-1, lead))                              # …a causal chain up to the root
             parents[rid] = chain + [lead + p if p >= 0 else -1 for p in d.parents[1:]]
         return parents
+
+    def _end_with_error(self, seq_ids, err: Exception, reported: list[str]) -> None:
+        super()._end_with_error(seq_ids, err, reported)
+        for rid in seq_ids:
+            self._release(rid)
 
     def _finish_request(self, req, reason: str, now: float) -> None:
         """As the plain engine's, and the proposer's state of the request goes too."""

@@ -252,8 +252,16 @@ class MedusaProposer(Proposer):
     def max_draft_tokens(self) -> int:
         return max(len(self.choices), self.num_speculative_tokens)
 
+    def check_target(self, target) -> None:
+        """The heads must match the target's hidden size, LM head dtype / device and vocabulary."""
+        self._check_head(target.model.lm_head.weight)
+
     def start(self, engine, seqs) -> None:
-        lm_head = engine.runner.lm_head
+        self._check_head(engine.runner.lm_head)
+        for s in seqs:
+            s.state["hidden"] = s.state.get("prefill_hidden")   # None for a one-token prompt: a plain first round
+
+    def _check_head(self, lm_head: torch.Tensor) -> None:
         if self.heads.n_embd != lm_head.shape[1]:
             raise ValueError(f"heads have n_embd {self.heads.n_embd}, the target {lm_head.shape[1]}")
         p = next(self.heads.parameters())
@@ -263,8 +271,6 @@ class MedusaProposer(Proposer):
         if self.width > lm_head.shape[0]:
             raise ValueError(f"a tree rank {self.width - 1} needs more candidates than the vocabulary has "
                              f"({lm_head.shape[0]})")
-        for s in seqs:
-            s.state["hidden"] = s.state.get("prefill_hidden")   # None for a one-token prompt: a plain first round
 
     @torch.no_grad()
     def propose(self, engine, seqs):

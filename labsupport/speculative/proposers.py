@@ -82,6 +82,11 @@ class Proposer:
     def max_draft_tokens(self) -> int:
         return self.num_speculative_tokens
 
+    def check_target(self, target: LoadedModel) -> None:
+        """Raise ``ValueError`` unless this proposer can draft for ``target``; called when an engine
+        (or :func:`~labsupport.speculative.speculative_generate`) is given the proposer, before any
+        request runs."""
+
     def start(self, engine, seqs: Sequence[SpecSequence]) -> None:
         """New requests are running (their prompts, all but the last token, are in the target's cache)."""
 
@@ -157,7 +162,8 @@ class DraftModelProposer(Proposer):
 
     Args:
         draft: the draft model (e.g. ``load_model("tiny-gpt2-draft")``).
-        target: the target it drafts for; checked with :func:`check_same_vocabulary`.
+        target: the target it drafts for; checked with :func:`check_same_vocabulary` (without it,
+            the engine or ``speculative_generate`` given this proposer checks its own target).
         num_speculative_tokens: γ ≥ 1.
 
     Attributes:
@@ -182,6 +188,10 @@ class DraftModelProposer(Proposer):
         self.runner: ModelRunner | None = None
         self.block_manager: BlockManager | None = None
         self._caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine → (runner, manager)
+
+    def check_target(self, target: LoadedModel) -> None:
+        """Draft and target must share a vocabulary (:func:`check_same_vocabulary`)."""
+        check_same_vocabulary(target, self.draft)
 
     def _cache(self, engine) -> BlockManager:
         """The draft's paged cache for ``engine`` (made on first use, shaped like its pool)."""
