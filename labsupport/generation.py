@@ -151,12 +151,18 @@ def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, tok
                       num_kept=int((final > 0).sum()), entropy_bits=float(entropy_bits(raw)))
 
 
-def _grammar(lm: LoadedModel, params: SamplingParams):
-    """The compiled structured-output grammar of ``params`` for ``lm`` (cached), or None."""
+def _grammar(lm: LoadedModel, params: SamplingParams, max_new: int):
+    """The compiled structured-output grammar of ``params`` for ``lm`` (cached), or None.
+
+    Raises:
+        ValueError: with ``fit_max_tokens``, ``max_new`` below the grammar's shortest complete output.
+    """
     if params.structured_output is None:
         return None
     from .structured import for_model
-    return for_model(params.structured_output, lm)
+    grammar = for_model(params.structured_output, lm)
+    grammar.check_budget(max_new)
+    return grammar
 
 
 @torch.no_grad()
@@ -196,7 +202,7 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     rule = StopRule.from_params(params, lm.eos_token_ids, max_new, lm.model.config.vocab_size)
-    grammar = _grammar(lm, params)
+    grammar = _grammar(lm, params, max_new)
     state = 0 if grammar is None else grammar.initial_state()
     seq = list(ids)
     new: list[int] = []
@@ -278,7 +284,7 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
-    grammar = _grammar(lm, params)
+    grammar = _grammar(lm, params, min(r.max_tokens for r in rules))
     states = [0] * len(rows)                             # grammar state per row
     ids, mask, pos = left_pad(rows, pad, lm.device)
     seqs = [list(r) for r in rows]

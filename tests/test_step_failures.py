@@ -10,8 +10,16 @@ from test_speculative import make_lm, perturbed
 
 from labsupport.engine import LLMEngine
 from labsupport.sampling import GREEDY
-from labsupport.speculative import (DraftModelProposer, EagleHead, EagleProposer, MedusaHeads, MedusaProposer,
-                                    NgramProposer, SpeculativeEngine, speculative_generate)
+from labsupport.speculative import (
+    DraftModelProposer,
+    EagleHead,
+    EagleProposer,
+    MedusaHeads,
+    MedusaProposer,
+    NgramProposer,
+    SpeculativeEngine,
+    speculative_generate,
+)
 
 PROMPT = [5, 9, 2, 7, 1, 5, 9]
 

@@ -7,6 +7,7 @@ no block leaks (``audit()``), and the same prompt is served again afterwards."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,11 +72,10 @@ def _spoil(path: str, how: str) -> None:
     if how == "deleted":
         os.remove(path)
     elif how == "truncated":
-        data = open(path, "rb").read()
-        open(path, "wb").write(data[:len(data) // 2])
+        data = Path(path).read_bytes()
+        Path(path).write_bytes(data[:len(data) // 2])
     elif how == "garbage":
-        size = os.path.getsize(path)
-        open(path, "wb").write(np.random.default_rng(0).bytes(size))
+        Path(path).write_bytes(np.random.default_rng(0).bytes(os.path.getsize(path)))
     elif how == "wrong_shape":
         save_file({"kv": torch.zeros(2, 3)}, path)
     elif how == "wrong_dtype":
@@ -111,7 +111,7 @@ def test_a_spoiled_disk_tier_file_is_a_counted_miss(lm, prompts, expected, tmp_p
 def test_what_each_spoiled_file_is_told_apart_by(lm, prompts, tmp_path):
     said = {}
     for how in ("deleted", "wrong_shape", "wrong_dtype", "no_kv", "other_numbers"):
-        eng, tiers, keys = _demoted(lm, prompts, cpu=0, disk=16, tmp_path=tmp_path / how)
+        _, tiers, keys = _demoted(lm, prompts, cpu=0, disk=16, tmp_path=tmp_path / how)
         with tiers:
             _spoil(tiers.disk[keys[0]].path, how)
             tiers.promote(prompts[0])
@@ -137,7 +137,7 @@ def test_a_changed_cpu_tier_entry_is_a_counted_miss(lm, prompts, expected, tmp_p
 def test_tier_files_deleted_behind_its_back_do_not_break_eviction_or_close(lm, prompts, expected, tmp_path):
     """Every file deleted: demoting more blocks evicts the disk tier's oldest entries (their files
     gone), the prompt is recomputed, and close() cleans up."""
-    eng, tiers, keys = _demoted(lm, prompts, cpu=0, disk=5, tmp_path=tmp_path)
+    eng, tiers, _ = _demoted(lm, prompts, cpu=0, disk=5, tmp_path=tmp_path)
     for entry in list(tiers.disk.values()):
         os.remove(entry.path)
     rng = np.random.default_rng(1)

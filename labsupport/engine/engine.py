@@ -138,11 +138,13 @@ class LLMEngine:
         if arrival_time is not None and not (is_real(arrival_time) and arrival_time <= now):
             raise ValueError(f"arrival_time must be a time <= the engine clock now ({now}), got {arrival_time!r}")
         max_new, problem = self._admission(len(ids), requested)
+        stop_rule = StopRule.from_params(params, self.eos_token_ids, max_new, self.runner.vocab_size)
+        grammar = self._grammar(params)                             # compiled (bounded) before admission
+        if grammar is not None:
+            grammar.check_budget(max_new)
         seq = Seq(request_id, ids, max_new)
-        req = Request(seq, params, text, self._generator_for(params, 0),
-                       StopRule.from_params(params, self.eos_token_ids, max_new, self.runner.vocab_size),
-                       RequestMetrics(now if arrival_time is None else arrival_time), next(self._order),
-                       grammar=self._grammar(params))
+        req = Request(seq, params, text, self._generator_for(params, 0), stop_rule,
+                      RequestMetrics(now if arrival_time is None else arrival_time), next(self._order), grammar=grammar)
         self.requests[request_id] = req
         if problem is not None:
             self._fail(seq, problem, now)

@@ -99,7 +99,7 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
     s = SpecSequence("0", list(ids), [], params, generator, StopRule.from_params(params, target.eos_token_ids, max_new,
                                                                                  target.model.config.vocab_size),
                      max_new, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens),
-                     grammar=_grammar(target, params))
+                     grammar=_grammar(target, params, max_new))
     t0 = time.perf_counter()
     tgt = CachedLM(target)
     if len(ids) > 1:

@@ -33,6 +33,15 @@ from .regex import Alt, Chars, Keys, RawByte, Repeat, Seq
 MAX_ANY_ORDER_KEYS = 6        # 2^6 = 64 hubs × 6 member copies; 7+ raises ValueError
 MAX_NFA_STATES = 200_000
 MAX_PRODUCT_STATES = 100_000
+MAX_DFA_STATES = 10_000
+"""Most states a compiled DFA may have: each costs a token-index row (a walk of the whole
+vocabulary, ~0.2 ms and ``vocab × 8`` bytes), so this bounds the compile's time and memory after
+the subset construction too. The chapters' and tests' largest grammar has about 1,500."""
+MAX_DFA_WORK = 4_000_000
+"""Most steps the subset construction may take (NFA states and edges visited, summed over every DFA
+state it makes): about a second of work on a laptop. The chapters' and tests' largest grammar
+takes about 450,000; ``(a|b)*a(a|b){16}`` (131,072 DFA states) or ``((a{2,20}){2,20}){2,20}`` (whose
+DFA states are each a set of thousands of NFA states) would take hundreds of millions."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,8 +93,7 @@ class NFA:
 
     def new(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
-            raise ValueError(f"grammar too large: more than {MAX_NFA_STATES} automaton states "
-                             "(lower repetition bounds, enum sizes or the number of any-order keys)")
+            raise _too_large(f"more than {MAX_NFA_STATES:,} automaton states")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
@@ -242,36 +250,92 @@ def _closure(nfa: NFA, states) -> frozenset:
     return frozenset(seen)
 
 
-def determinise(nfa: NFA, start: int, final: int) -> DFA:
-    """Subset construction (Rabin & Scott, 1959): one DFA state per reachable set of NFA states."""
+def _too_large(what: str) -> ValueError:
+    return ValueError(f"grammar too large: {what} (lower repetition bounds, nested repetitions, enum sizes "
+                      "or the number of any-order keys)")
+
+
+def expansion_size(node, memo: dict | None = None) -> int:
+    """NFA states :meth:`NFA.build` would make for ``node``, counted without building it (nested
+    bounded repetitions multiply: ``((a{2,20}){2,20}){2,20}`` is 8,000 copies of ``a``). A subtree
+    shared by several parents (a JSON array's item schema) is counted once per use but measured
+    once. Any-order keys are counted while they are built."""
+    memo = {} if memo is None else memo
+    hit = memo.get(id(node))
+    if hit is not None:
+        return hit
+    if isinstance(node, Chars):
+        size = 1 + sum(len(seq) for lo, hi in node.ranges for seq in utf8_ranges(lo, hi))
+    elif isinstance(node, Seq):
+        size = sum(expansion_size(i, memo) for i in node.items)
+    elif isinstance(node, Alt):
+        size = 1 + sum(1 + expansion_size(o, memo) for o in node.options)
+    elif isinstance(node, Repeat):
+        copies = node.low + 1 if node.high is None else node.high
+        size = 2 + copies * (expansion_size(node.item, memo) + 1)
+    elif isinstance(node, Machine):
+        size = node.dfa.num_states + 1
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
+
+
+def determinise(nfa: NFA, start: int, final: int, max_work: int = MAX_DFA_WORK,
+                max_states: int = MAX_DFA_STATES) -> DFA:
+    """Subset construction (Rabin & Scott, 1959): one DFA state per reachable set of NFA states.
+
+    Bytes are handled in *classes*: the edges' range boundaries cut 0…255 into intervals that every
+    edge treats alike (``(a|b)*`` has four: below ``a``, ``a``, ``b``, above), so each DFA state
+    looks at a few classes instead of 256 bytes.
+
+    Raises:
+        ValueError: "grammar too large" once the work passes ``max_work`` steps (NFA states and
+            edges visited) or the DFA passes ``max_states`` states (before minimising) — checked as
+            it goes, so a pathological pattern is refused within about a second instead of running
+            for minutes.
+    """
+    bounds = sorted({0, 256} | {b for row in nfa.edges for lo, hi, _ in row for b in (lo, hi + 1)})
+    at = {b: k for k, b in enumerate(bounds)}
+    edges = [[(at[lo], at[hi + 1], t) for lo, hi, t in row] for row in nfa.edges]   # class spans
+    num_classes = len(bounds) - 1
     first = _closure(nfa, [start])
     ids, order = {first: 0}, [first]
     rows: list[list[int]] = []
     cache: dict[tuple, frozenset] = {}
-    i = 0
+    work, i = 0, 0
     while i < len(order):
-        per_byte: list[set] = [set() for _ in range(256)]
+        per_class: list[set] = [set() for _ in range(num_classes)]
+        work += len(order[i]) + num_classes
         for s in order[i]:
-            for lo, hi, t in nfa.edges[s]:
-                for b in range(lo, hi + 1):
-                    per_byte[b].add(t)
+            for a, b, t in edges[s]:
+                work += b - a
+                for c in range(a, b):
+                    per_class[c].add(t)
         row = []
-        for targets in per_byte:
+        for targets in per_class:
             if not targets:
                 row.append(-1)
                 continue
             key = tuple(sorted(targets))
             if key not in cache:
                 cache[key] = _closure(nfa, key)
+                work += len(cache[key])
             nxt = cache[key]
             if nxt not in ids:
                 ids[nxt] = len(order)
                 order.append(nxt)
             row.append(ids[nxt])
+        if work > max_work:
+            raise _too_large(f"building its automaton takes more than {max_work:,} steps "
+                             f"({len(order):,} states found so far)")
+        if len(order) > max_states:
+            raise _too_large(f"its automaton has more than {max_states:,} states")
         rows.append(row)
         i += 1
-    return DFA(np.asarray(rows, dtype=np.int32).reshape(-1, 256),
-               np.asarray([final in s for s in order], dtype=bool))
+    by_class = np.asarray(rows, dtype=np.int32).reshape(-1, num_classes)
+    byte_class = np.repeat(np.arange(num_classes), np.diff(bounds))
+    return DFA(np.ascontiguousarray(by_class[:, byte_class]), np.asarray([final in s for s in order], dtype=bool))
 
 
 class EmptyLanguageError(ValueError):
@@ -332,18 +396,29 @@ def minimise(dfa: DFA) -> DFA:
     return DFA(t, dfa.accepting[reps])
 
 
+def _byte_starts(*dfas: DFA) -> np.ndarray:
+    """First byte of each class of bytes that every state of ``dfas`` treats alike."""
+    cut = np.zeros(256, dtype=bool)
+    cut[0] = True
+    for d in dfas:
+        cut[1:] |= (d.transitions[:, 1:] != d.transitions[:, :-1]).any(axis=0)
+    return np.flatnonzero(cut)
+
+
 def _product(a: DFA, b: DFA, accept) -> DFA:
-    """The reachable product of two DFAs (a dead side is state -1), accepting where ``accept(x, y)``."""
+    """The reachable product of two DFAs (a dead side is state -1), accepting where ``accept(x, y)``;
+    one column per byte class of the pair (see :func:`determinise`)."""
+    starts = _byte_starts(a, b)
+    ta, tb = a.transitions[:, starts].tolist(), b.transitions[:, starts].tolist()
+    dead = [-1] * len(starts)
     ids = {(0, 0): 0}
     order = [(0, 0)]
     rows = []
     i = 0
     while i < len(order):
         x, y = order[i]
-        tx = a.transitions[x] if x >= 0 else np.full(256, -1)
-        ty = b.transitions[y] if y >= 0 else np.full(256, -1)
         row = []
-        for p, q in zip(tx.tolist(), ty.tolist()):
+        for p, q in zip(ta[x] if x >= 0 else dead, tb[y] if y >= 0 else dead):
             if p < 0 and q < 0:
                 row.append(-1)
                 continue
@@ -357,7 +432,9 @@ def _product(a: DFA, b: DFA, accept) -> DFA:
         rows.append(row)
         i += 1
     acc = [accept(x >= 0 and bool(a.accepting[x]), y >= 0 and bool(b.accepting[y])) for x, y in order]
-    return DFA(np.asarray(rows, dtype=np.int32).reshape(-1, 256), np.asarray(acc, dtype=bool))
+    byte_class = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, 256)))
+    by_class = np.asarray(rows, dtype=np.int32).reshape(-1, len(starts))
+    return DFA(np.ascontiguousarray(by_class[:, byte_class]), np.asarray(acc, dtype=bool))
 
 
 def intersect(a: DFA, b: DFA) -> DFA:
@@ -401,8 +478,12 @@ def compile_tree(node) -> DFA:
     """Tree → trimmed, minimal byte DFA.
 
     Raises:
-        ValueError: the language is empty, or the automaton would be too large.
+        ValueError: the language is empty, or the automaton would be too large ("grammar too large":
+            its expansion counted before building, then the work of the subset construction).
     """
+    size = expansion_size(node)
+    if size > MAX_NFA_STATES:
+        raise _too_large(f"its repetitions expand to {size:,} automaton states, more than {MAX_NFA_STATES:,}")
     nfa = NFA()
     start = nfa.new()
     end = nfa.build(node, start)

@@ -63,6 +63,21 @@ class TokenConstraint:
             budget[key] = mask
         return budget[key]
 
+    def check_budget(self, max_tokens: int) -> None:
+        """With ``fit_max_tokens``, refuse a request whose ``max_tokens`` (cut to the context window)
+        is below the shortest complete output: it could only end invalid, at ``"length"``.
+
+        Raises:
+            ValueError: naming ``max_tokens``, the tokens the grammar needs and the value.
+        """
+        if not self.fit_max_tokens:
+            return
+        need = self.tokens_to_finish(self.initial_state())
+        if max_tokens < need:
+            raise ValueError(f"max_tokens must be at least {int(need)} for this structured_output: its shortest "
+                             f"complete output takes {int(need)} tokens and fit_max_tokens is on, got {max_tokens} "
+                             "(after the cut to the context window)")
+
     def num_allowed(self, state: int) -> int:
         return int(self.allowed_token_mask(state).sum())
 

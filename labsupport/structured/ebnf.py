@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from .regex import Alt, RawByte, Repeat, Seq, literal, parse_regex
+from .regex import MAX_NESTING, Alt, RawByte, Repeat, Seq, literal, nesting_error, parse_regex
 
 #: The byte codes a recursive rule's reference gets: bytes no UTF-8 text has.
 SYMBOL_BYTES = tuple(range(0xF5, 0x100))
@@ -74,7 +74,7 @@ def _string(token: str, text: str, at: int) -> str:
 
 class _Parser:
     def __init__(self, text: str, tokens: list) -> None:
-        self.text, self.toks, self.i = text, tokens, 0
+        self.text, self.toks, self.i, self.depth = text, tokens, 0, 0
 
     def peek(self, k: int = 0):
         return self.toks[self.i + k] if self.i + k < len(self.toks) else (None, None, len(self.text))
@@ -131,7 +131,11 @@ class _Parser:
         if kind == "op" and value == ".":
             return parse_regex(".")
         if kind == "op" and value == "(":
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise nesting_error(f"grammar parentheses (line {self.text.count(chr(10), 0, at) + 1})")
             node = self.alternation()
+            self.depth -= 1
             if self.peek()[1] != ")":
                 raise _error(self.text, self.peek()[2], "missing ')'")
             self.i += 1
@@ -211,6 +215,8 @@ def lower(text: str) -> tuple[list[str], dict]:
             name = node[1]
             if name in code:
                 return RawByte(code[name])
+            if len(trail) >= MAX_NESTING:
+                raise nesting_error(f"grammar rules inlined into each other ({' → '.join(trail[:3])} → …)")
             return inline(rules[name], trail + (name,))
         if isinstance(node, Seq):
             return Seq(tuple(inline(n, trail) for n in node.items))

@@ -38,7 +38,7 @@ from .automaton import DFA, compile_tree
 from .constraint import TokenConstraint
 from .json_schema import schema_to_rules, schema_to_tree
 from .pushdown import PushdownOutput, check_grammar
-from .regex import Alt, literal, parse_regex
+from .regex import MAX_NESTING, Alt, literal, nesting_error, parse_regex
 from .token_index import TokenIndex, token_bytes
 
 SPEC_KINDS = ("json", "regex", "choice", "grammar")
@@ -49,6 +49,15 @@ CACHE_SIZE = 32
 
 
 def normalize_spec(spec) -> tuple[str, object, dict]:
+    """As :func:`_normalize_spec`; structure too deep for any check below is a ValueError, never a
+    ``RecursionError``."""
+    try:
+        return _normalize_spec(spec)
+    except RecursionError:
+        raise nesting_error("its structure") from None
+
+
+def _normalize_spec(spec) -> tuple[str, object, dict]:
     """Check a structured-output spec and return ``(kind, payload, options)``.
 
     Raises:
@@ -75,6 +84,7 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
         options["fit_max_tokens"] = True
     if kind == "json":
         check_type("structured_output['json']", payload, dict)
+        check_json_depth(payload)
         options["whitespace"] = check_int("structured_output['whitespace']", spec.get("whitespace", 0), 0, MAX_WHITESPACE)
         options["any_order"] = check_bool("structured_output['any_order']", spec.get("any_order", True))
         schema_to_rules(payload, whitespace=options["whitespace"], any_order=options["any_order"])
@@ -92,6 +102,26 @@ def normalize_spec(spec) -> tuple[str, object, dict]:
             raise ValueError("structured_output['choice'] items must be non-empty strings, got ''")
         payload = list(payload)
     return kind, payload, options
+
+
+MAX_JSON_NESTING = 2 * MAX_NESTING
+"""Most objects and arrays nested in a JSON Schema (a schema level is often two: ``{"items": {…}}``)."""
+
+
+def check_json_depth(schema) -> None:
+    """Refuse a schema whose objects and arrays nest deeper than :data:`MAX_JSON_NESTING` (measured
+    without recursion, before anything else walks it).
+
+    Raises:
+        ValueError: "structured_output: JSON Schema objects and arrays nesting deeper than N levels…".
+    """
+    todo = [(schema, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > MAX_JSON_NESTING:
+            raise nesting_error("JSON Schema objects and arrays", MAX_JSON_NESTING)
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        todo.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
 def spec_tree(kind: str, payload, options: dict):
@@ -144,7 +174,7 @@ class StructuredOutput(TokenConstraint):
         """``(num_states,)`` the fewest tokens from each state to an accepting one (EOS not counted;
         ``inf`` where no token path reaches one)."""
         if self._dist is None:
-            self.index.warm_up()
+            self.index.warm_up(max_states=self.num_states)          # every row: a search over all states
             n = self.num_states
             preds: list[list[int]] = [[] for _ in range(n)]
             for s in range(n):
@@ -210,6 +240,13 @@ def compile_structured_output(spec, tokenizer, *, vocab_size: int | None = None,
         TypeError / ValueError: see :func:`normalize_spec`; ValueError also when the grammar
             matches nothing or is too large.
     """
+    try:
+        return _compile(spec, tokenizer, vocab_size, eos_token_id, device)
+    except RecursionError:
+        raise nesting_error("its structure") from None
+
+
+def _compile(spec, tokenizer, vocab_size, eos_token_id, device) -> StructuredOutput:
     kind, payload, options = normalize_spec(spec)
     vocab = len(tokenizer) if vocab_size is None else check_int("vocab_size", vocab_size, 1)
     eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id

@@ -62,7 +62,7 @@ from .json_values import (
     number_tree,
     string_tree,
 )
-from .regex import EMPTY, Alt, RawByte, Repeat, chars
+from .regex import EMPTY, MAX_NESTING, Alt, RawByte, Repeat, chars, nesting_error
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
                "definitions", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
@@ -150,6 +150,17 @@ class _Compiler(Containers):
 
     # ------------------------------------------------------------------ dispatch
     def tree(self, schema, path: str, refs: tuple = ()):
+        """``schema``'s grammar tree; subschemas (``$ref`` chains included) nest at most
+        :data:`~.regex.MAX_NESTING` deep."""
+        self.depth = getattr(self, "depth", 0) + 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise nesting_error(f"JSON Schema subschemas (at {path or '#'}, $ref chains included)")
+            return self._tree(schema, path, refs)
+        finally:
+            self.depth -= 1
+
+    def _tree(self, schema, path: str, refs: tuple = ()):
         if schema is True and self.stack:
             return self._any_value()
         if schema is True:

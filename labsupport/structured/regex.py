@@ -26,6 +26,12 @@ from dataclasses import dataclass
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
 MAX_REPEAT = 1000          # {m,n} bounds above this would build huge automata
+MAX_NESTING = 64           # groups inside groups (regex, EBNF), rules inlined into rules: deeper is refused
+
+
+def nesting_error(what: str, limit: int = MAX_NESTING) -> ValueError:
+    """The one message for structure too deep to compile (never a ``RecursionError``)."""
+    return ValueError(f"structured_output: {what} nesting deeper than {limit} levels is not supported")
 
 
 @dataclass(frozen=True)
@@ -212,7 +218,7 @@ class _Parser:
     """Recursive-descent parser: alternation → concatenation → quantified atom."""
 
     def __init__(self, pattern: str) -> None:
-        self.p, self.i = pattern, 0
+        self.p, self.i, self.depth = pattern, 0, 0
 
     def error(self, what: str) -> ValueError:
         return ValueError(f"regex {self.p!r}: {what} at position {self.i}")
@@ -274,7 +280,11 @@ class _Parser:
                 raise self.error("look-around and named / flagged groups are not supported")
             else:
                 self.i += 1
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise nesting_error(f"regex {self.p[:40]!r}…: groups (at position {self.i})")
             node = self.alternation()
+            self.depth -= 1
             if self.peek() != ")":
                 raise self.error("unbalanced parenthesis")
             self.i += 1

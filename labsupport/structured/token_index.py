@@ -18,6 +18,9 @@ import torch
 
 from .automaton import DFA
 
+WARM_UP_STATES = 2048
+"""DFAs up to this many states get every token-index row at compile time (about half a second)."""
+
 
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's printable-unicode → byte table (``bytes_to_unicode`` inverted; Radford et al., 2019)."""
@@ -118,8 +121,12 @@ class TokenIndex:
             self._next[s] = row
             self._mask[s] = torch.from_numpy(mask).to(self.device)
 
-    def warm_up(self, chunk: int = 256) -> None:
-        """Compute every state's row now (a constant-time mask at every later step)."""
+    def warm_up(self, chunk: int = 256, max_states: int = WARM_UP_STATES) -> None:
+        """Compute every state's row now (a constant-time mask at every later step), when the DFA has
+        at most ``max_states`` states; a larger one fills each row on first use instead (a request
+        visits at most ``max_tokens`` states, so the compile stays short and the memory small)."""
+        if self.dfa.num_states > max_states:
+            return
         for lo in range(0, self.dfa.num_states, chunk):
             self._fill(range(lo, min(lo + chunk, self.dfa.num_states)))
 
