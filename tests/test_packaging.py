@@ -287,3 +287,39 @@ def test_a_cell_run_before_the_setup_says_which_cell_to_run():
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def _figure_calls_dropped(source: str) -> list[tuple[int, str]]:
+    """``(line, name)`` of every figure builder (a call named ``…figure``) whose result a cell throws
+    away: an expression statement that is not the cell's last top-level statement (Jupyter shows only
+    that one), at any depth."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:                                   # IPython magics: not plain Python
+        return []
+    last = tree.body[-1] if tree.body else None
+    dropped = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and node is not last and isinstance(node.value, ast.Call):
+            func = node.value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name.endswith("figure"):
+                dropped.append((node.lineno, name))
+    return dropped
+
+
+def test_no_chapter_builds_a_figure_and_drops_it():
+    """A figure built as a middle statement of a cell is never shown (the run prints on, the reader
+    sees no figure): show it with display(...) or make it the cell's last line."""
+    import nbformat
+
+    assert _figure_calls_dropped("x = 1\nvp.bubble_figure(a)\nprint(x)") == [(2, "bubble_figure")]
+    assert _figure_calls_dropped("x = 1\ndisplay(vp.bubble_figure(a))\nvp.bubble_figure(x)") == []
+    assert _figure_calls_dropped("for k in ks:\n    timing_figure(k)\nprint(1)") == [(2, "timing_figure")]
+    for path in _chapters():
+        nb = nbformat.reads(_committed(path), as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                assert not _figure_calls_dropped(cell.source), f"{path.name} cell {i}: {_figure_calls_dropped(cell.source)}"

@@ -211,6 +211,24 @@ def test_a_worker_that_dies_is_reported_and_the_group_cleaned_up(weights, refere
 
 
 @pytest.mark.slow                   # starts worker processes
+def test_a_group_closed_by_close_starts_again_on_the_next_run(weights, reference):
+    """Chapter 09 closes its group in the last cell; a measuring cell re-run after Run All (as a
+    Predict panel asks) must still work: run() starts fresh workers, with the same results."""
+    ids = reference[0]
+    g = WorkerGroup(1, backend="gloo", timeout_s=30)
+    first = g.run("labsupport.parallel.tensor:tp_generate", weights=weights, prompt_ids=ids, max_new_tokens=3)
+    old_pids = g.pids
+    g.close()
+    assert g.closed and not g.alive() and "closed" in repr(g)
+    again = g.run("labsupport.parallel.tensor:tp_generate", weights=weights, prompt_ids=ids, max_new_tokens=3)
+    assert again[0]["tokens"] == first[0]["tokens"] and g.alive() and g.pids != old_pids
+    g.close()
+    for pid in old_pids + g.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.slow                   # starts worker processes
 def test_an_error_in_a_worker_and_an_overrun_stop_the_group(weights, reference):
     ids = reference[0]
     with WorkerGroup(1, backend="gloo", timeout_s=30, rendezvous="tcp") as g:      # TCP store on a free port

@@ -174,27 +174,35 @@ class WorkerGroup:
         if backend == "nccl" and torch.cuda.device_count() < world_size:
             raise ValueError(f"backend 'nccl' needs world_size <= {torch.cuda.device_count()} GPUs, got {world_size}")
         self.backend = backend
-        self._tmp = tempfile.mkdtemp(prefix="labsupport-dist-")
         if rendezvous == "tcp":
-            self.port = free_port() if port is None else check_port_free(port)
+            self.port = None if port is None else check_port_free(port)
+        elif port is not None:
+            raise ValueError(f"port is only used with rendezvous='tcp', got port={port!r}")
+        self._rendezvous, self._port = rendezvous, port
+        check_bool("wait", wait)
+        self.failed = False
+        self._start(wait)
+
+    def _start(self, wait: bool) -> None:
+        """Start the worker processes (again, after :meth:`close`), with a fresh rendezvous."""
+        self._tmp = tempfile.mkdtemp(prefix="labsupport-dist-")
+        if self._rendezvous == "tcp":
+            self.port = free_port() if self._port is None else self._port
             init_method = f"tcp://127.0.0.1:{self.port}"
         else:
-            if port is not None:
-                raise ValueError(f"port is only used with rendezvous='tcp', got port={port!r}")
             self.port = None
             init_method = "file://" + os.path.join(self._tmp, "rendezvous")
         os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())   # inherited by the workers
         ctx = mp.get_context("spawn")
-        self._tasks = [ctx.Queue() for _ in range(world_size)]
+        self._tasks = [ctx.Queue() for _ in range(self.world_size)]
         self._results = ctx.Queue()
         self._procs = [ctx.Process(target=_worker_main, name=f"labsupport-rank{r}", daemon=True,
-                                   args=(r, world_size, init_method, backend, self.timeout_s,
+                                   args=(r, self.world_size, init_method, self.backend, self.timeout_s,
                                          self._tasks[r], self._results))
-                       for r in range(world_size)]
+                       for r in range(self.world_size)]
         self._next_job = 0
         self.closed = False
         self.ready = False
-        check_bool("wait", wait)
         try:
             for p in self._procs:
                 p.start()
@@ -219,14 +227,17 @@ class WorkerGroup:
     def run(self, task: str, timeout_s: float = 120.0, **kwargs: Any) -> list[Any]:
         """Run ``task`` (``"module:function"``) on every rank; return the ranks' results in rank order.
 
+        A group shut down by :meth:`close` starts its workers again here (so a notebook cell that
+        uses the group still runs after a later cell closed it); one shut down by a failure does not.
+
         Raises:
-            RuntimeError: the group is closed.
+            RuntimeError: the group was shut down by a failure (a worker raised, died or overran).
             TypeError: an argument that cannot be pickled (checked before anything is sent).
             WorkerError: a worker raised (its traceback is in the message), died, or the run
                 took longer than ``timeout_s`` seconds; the group is shut down.
         """
-        if self.closed:
-            raise RuntimeError("this WorkerGroup is closed; start a new one")
+        if self.closed and self.failed:
+            raise RuntimeError("this WorkerGroup is closed after the failure reported above; start a new one")
         check_real("timeout_s", timeout_s, 0, 3600, low_open=True)
         resolve_task(task)                                 # fail here, not in the workers
         for name, value in kwargs.items():                 # a queue pickles in a feeder thread: a failure
@@ -235,6 +246,8 @@ class WorkerGroup:
             except Exception as err:
                 raise TypeError(f"argument {name!r} of task {task!r} cannot be sent to the workers "
                                 f"(not picklable: {type(err).__name__}: {err})") from err
+        if self.closed:                                    # closed by close(): start again
+            self._start(wait=False)
         self.wait_ready()
         self._next_job += 1
         for q in self._tasks:
@@ -250,14 +263,17 @@ class WorkerGroup:
             except queue.Empty:
                 dead = [(r, p.exitcode) for r, p in enumerate(self._procs) if not p.is_alive()]
                 if dead:
+                    self.failed = True
                     self.close()
                     raise WorkerError("worker(s) died: " + ", ".join(f"rank {r} exit code {c}" for r, c in dead))
                 if time.monotonic() > deadline:
+                    self.failed = True
                     self.close()
                     raise WorkerError(f"workers did not answer within {timeout_s:.0f} s "
                                       f"(waiting for {kind}); the group was shut down")
                 continue
             if what == "error":
+                self.failed = True
                 self.close()
                 hint = ""
                 if "Address already in use" in payload or "EADDRINUSE" in payload:
