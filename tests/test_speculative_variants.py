@@ -21,6 +21,7 @@ from labsupport.sampling import GREEDY, SamplingParams
 from labsupport.speculative.engine import SpeculativeEngine
 from labsupport.speculative.exactness import two_token_tree
 from labsupport.speculative.lookahead import LookaheadProposer
+from labsupport.speculative.proposers import NgramProposer
 from labsupport.speculative.medusa import MedusaHeads, MedusaProposer
 from labsupport.speculative.policy import SpecPolicy, break_even_batch, policy_from_measurements
 from labsupport.speculative.self_spec import SelfSpecProposer
@@ -252,17 +253,35 @@ def test_chi_square_rejects_a_wrong_distribution():
 # ---------------------------------------------------------------------------- the on/off policy
 
 def test_policy_switches_drafting_off_under_load(tiny_lm):
-    engine = SpeculativeEngine(tiny_lm, LookaheadProposer(window=3, ngram=3), policy=SpecPolicy(2), max_num_seqs=8)
+    policy = SpecPolicy([[1, 2, 3], [3, 1024, 0]])                     # vLLM's num_speculative_tokens_per_batch_size
+    engine = SpeculativeEngine(tiny_lm, LookaheadProposer(window=3, ngram=3), policy=policy, max_num_seqs=8)
     outs = engine.generate(PROMPTS[:4], GREEDY, 8)
     assert engine.speculative_rounds < engine.num_rounds               # batch 4 > 2: plain rounds first
     assert all(o.token_ids == generate(tiny_lm, p, GREEDY, max_new_tokens=8).token_ids
                for p, o in zip(PROMPTS, outs))
-    assert SpecPolicy(4).speculate(4) and not SpecPolicy(4).speculate(5)
+    assert policy.speculate(2) and not policy.speculate(3) and policy.num_speculative_tokens(5000, 4) == 4
     assert break_even_batch({1: 1.6, 2: 1.3, 4: 1.02, 8: 0.8}) == 8
     assert break_even_batch({1: 1.2, 2: 1.1}) is None
-    assert policy_from_measurements({1: 1.6, 2: 1.3, 4: 0.9, 8: 0.8}).max_batch_size == 2
-    with pytest.raises(ValueError, match="max_batch_size"):
-        SpecPolicy(-1)
+    got = policy_from_measurements({1: 1.6, 2: 1.3, 4: 0.9, 8: 0.8}, 3).num_speculative_tokens_per_batch_size
+    assert got == [[1, 2, 3], [3, 1024, 0]]
+    assert policy_from_measurements({1: 0.9}, 3).num_speculative_tokens_per_batch_size == [[1, 1024, 0]]
+    assert policy_from_measurements({1: 1.2, 4: 1.1}, 2).num_speculative_tokens_per_batch_size == [[1, 1024, 2]]
+    for bad, kind in (([[0, 4, 3]], ValueError), ([[4, 2, 3]], ValueError), ([[1, 4, -1]], ValueError),
+                      ([[1, 4, 3], [4, 8, 0]], ValueError), ([[1, 4]], TypeError), ("1-4:3", TypeError)):
+        with pytest.raises(kind, match="num_speculative_tokens_per_batch_size"):
+            SpecPolicy(bad)
+
+
+def test_a_smaller_gamma_for_a_batch_size_cuts_every_draft_and_keeps_the_output(tiny_lm):
+    ref = [generate(tiny_lm, p, GREEDY, max_new_tokens=10).token_ids for p in PROMPTS[:2]]
+    counts = {}
+    for k in (4, 1):
+        engine = SpeculativeEngine(tiny_lm, NgramProposer(4), policy=SpecPolicy([[1, 8, k]]), max_num_seqs=8)
+        outs = engine.generate(PROMPTS[:2], GREEDY, 10)
+        assert [o.token_ids for o in outs] == ref
+        assert all(len(r.draft_tokens) <= k for o in outs for r in o.rounds)
+        counts[k] = engine.num_verified_tokens
+    assert counts[1] <= counts[4]
 
 
 # ---------------------------------------------------------------------------- figures and the panel

@@ -19,9 +19,10 @@ samples, aborts and :class:`~labsupport.engine.RequestOutput` are the plain engi
 5. the accepted tree nodes' K/V move into place (:func:`~.tree.compact_kv`), the rejected
    slots go back to the pool (``BlockManager.truncate``), and the proposer observes the round.
 
-A :class:`~.policy.SpecPolicy` switches drafting off when the batch is large (vLLM's
-``disable_by_batch_size``); ``proposer=None`` is plain decoding through the same code (the fair
-baseline of every measurement).
+A :class:`~.policy.SpecPolicy` sets γ by batch size and switches drafting off when the batch is
+large (vLLM's dynamic speculative decoding, ``num_speculative_tokens_per_batch_size``); a smaller
+γ cuts each draft to that many tokens along any path; ``proposer=None`` is plain decoding through
+the same code (the fair baseline of every measurement).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class SpeculativeEngine(LLMEngine):
         proposer: a :class:`~.proposers.Proposer`, a ``speculative_config`` (a
             :class:`~.config.SpeculativeConfig` or its dict, e.g. ``{"method": "ngram",
             "num_speculative_tokens": 4}``), or ``None`` (plain decoding, same code path).
-        policy: a :class:`~.policy.SpecPolicy` (default: always draft).
+        policy: a :class:`~.policy.SpecPolicy`, γ by batch size (default: always the proposer's γ).
         keep_trees: keep every tree round's tree and accepted path (for the chapter's panel).
         config / overrides: :class:`~labsupport.engine.EngineConfig` settings, as ``LLMEngine``
             (``block_size``, ``num_blocks``, ``max_num_seqs``, ``seed`` …). Prefix caching,
@@ -224,10 +225,12 @@ class SpeculativeEngine(LLMEngine):
     def _round(self, seqs: list[SpecSequence]) -> list[str]:
         """Draft, verify all sequences in one target forward, commit, give back rejected slots."""
         t0 = time.perf_counter()
-        speculate = self.proposer is not None and (self.policy is None or self.policy.speculate(len(seqs)))
+        gamma = self.num_speculative_tokens if self.policy is None else \
+            self.policy.num_speculative_tokens(len(seqs), self.num_speculative_tokens)   # γ for this batch size
+        speculate = self.proposer is not None and gamma > 0
         drafts = self.proposer.propose(self, seqs) if speculate else {}
         bm = self.block_manager
-        drafts = {s.request_id: clip_draft(drafts.get(s.request_id, Draft()), s.room, s.token_ids[-1],
+        drafts = {s.request_id: clip_draft(drafts.get(s.request_id, Draft()), min(s.room, gamma), s.token_ids[-1],
                                            self.max_draft_tokens, self._slots_left(s)) for s in seqs}
         t1 = time.perf_counter()
         self.draft_seconds += t1 - t0
