@@ -147,6 +147,7 @@ class Predict:
             raise ValueError(f"options must be distinct, non-empty strings, got {options!r}")
         self.choice: int | None = None
         self.verdict: str | None = None
+        self._measured: tuple[int, str] | None = None    # a measurement made before any prediction (Run All)
         self._listeners: list = []
 
     def choose(self, value) -> str:
@@ -159,6 +160,10 @@ class Predict:
             return tr("the measurement is in: your prediction “{choice}” stands (see the verdict)",
                       choice=self.options[self.choice])
         self.choice, self.verdict = int(value), None
+        if self._measured is not None:                              # measured first (Run All): judge at once
+            self._judge(*self._measured)
+            return tr("noted: “{choice}”. The measurement was already made: the verdict is below.",
+                      choice=self.options[value])
         return tr("noted: “{choice}”. Now run the cells below: the measurement reveals the answer.",
                   choice=self.options[value])
 
@@ -166,16 +171,24 @@ class Predict:
         """The measurement's verdict: ``answer`` is the option this run's numbers select and
         ``measured`` says what was measured. Returns the line to print (and shows it in the panel).
 
+        Before any prediction (a student who ran all cells first) the answer stays hidden: the
+        line asks for a prediction, and picking one in the panel shows the verdict at once, from
+        this measurement.
+
         Raises:
             TypeError / ValueError: ``answer`` not an option's index, ``measured`` not a string.
         """
         check_int("answer", answer, 0, len(self.options) - 1)
         check_type("measured", measured, str)
-        right = self.options[answer]
+        self._measured = (int(answer), measured)
         if self.choice is None:
-            self.verdict = tr("Measured: {measured} → “{right}”. (No prediction was made: pick an option in the panel "
-                              "above, then run this measuring cell again.)", measured=measured, right=right)
-        elif self.choice == answer:
+            self.verdict = None
+            return tr("Measured. Pick your prediction in the panel above: its verdict appears there at once.")
+        return self._judge(int(answer), measured)
+
+    def _judge(self, answer: int, measured: str) -> str:
+        right = self.options[answer]
+        if self.choice == answer:
             self.verdict = f"{RIGHT} " + tr("Measured: {measured} → “{right}”, as you predicted.",
                                             measured=measured, right=right)
         else:

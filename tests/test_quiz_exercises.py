@@ -193,7 +193,14 @@ def test_predict_records_a_choice_and_the_measurement_decides():
     assert "stands" in panel.submit("lots") and p.choice == 1                         # no second guess after measuring
     assert p.reveal(1, "v = 1.2").startswith("✓")
     fresh = Predict("q", ["a", "b"])
-    assert "No prediction was made" in fresh.reveal(0, "m")
+    fresh_panel = predict_panel(fresh)
+    shown = fresh.reveal(1, "m = 7")                                  # Run All: measured before any prediction
+    assert "Pick your prediction" in shown and "7" not in shown and "“b”" not in shown
+    assert fresh.verdict is None and fresh_panel.children[-1].value == "" and not fresh_panel.children[2].disabled
+    assert "already made" in fresh_panel.submit("a")                  # the prediction reveals the verdict at once
+    assert fresh.verdict.startswith("✗") and "m = 7" in fresh_panel.children[-1].value
+    assert fresh_panel.children[2].disabled and "stands" in fresh_panel.submit("b")
+    fresh = Predict("q", ["a", "b"])
     with pytest.raises(ValueError, match="answer"):
         fresh.reveal(2, "m")
     with pytest.raises(TypeError, match="measured"):

@@ -93,7 +93,8 @@ def predict_panel(prediction: Predict) -> Panel:
         except Exception as err:  # noqa: BLE001 - a panel never throws into the notebook
             text = f"⚠ {err}"
         note.value = f"<div style='font-size:15px;color:#37474f;margin:2px 0'>{html.escape(text)}</div>"
-        verdict.value = ""
+        if prediction.verdict is None:                 # measured already (Run All): the verdict just appeared
+            verdict.value = ""
         return text
 
     buttons.observe(lambda ch: ch["new"] is not None and submit(ch["new"]), names="value")

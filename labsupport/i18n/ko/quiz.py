@@ -19,10 +19,10 @@ MESSAGES = {
         "측정이 끝났습니다: 처음 한 예측(“{choice}”)이 그대로 남습니다 (판정을 보세요)",
     "noted: “{choice}”. Now run the cells below: the measurement reveals the answer.":
         "기록했습니다: “{choice}”. 이제 아래 셀을 실행하세요. 측정이 답을 알려 줍니다.",
-    "Measured: {measured} → “{right}”. (No prediction was made: pick an option in the panel above, "
-    "then run this measuring cell again.)":
-        "측정: {measured} → “{right}”. (예측하지 않았습니다: 위 패널에서 보기를 고른 뒤 이 측정 셀을 "
-        "다시 실행하세요.)",
+    "Measured. Pick your prediction in the panel above: its verdict appears there at once.":
+        "측정했습니다. 위 패널에서 예측을 고르세요. 판정이 그 자리에 바로 나타납니다.",
+    "noted: “{choice}”. The measurement was already made: the verdict is below.":
+        "기록했습니다: “{choice}”. 측정은 이미 끝났습니다. 판정은 아래에 있습니다.",
     "Measured: {measured} → “{right}”, as you predicted.": "측정: {measured} → “{right}”, 예측한 대로입니다.",
     "Measured: {measured} → “{right}”; you predicted “{choice}”.": "측정: {measured} → “{right}”; 예측은 “{choice}”였습니다.",
     # report
