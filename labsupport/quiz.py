@@ -14,7 +14,9 @@ The right answers of numeric questions are meant to be *computed* by ``labsuppor
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +53,16 @@ class MultipleChoice:
         check_int("answer", self.answer, 0, len(self.options) - 1)
         for k in self.why_not:
             check_int("why_not key", k, 0, len(self.options) - 1)
+
+    @property
+    def display_order(self) -> list[int]:
+        """The option indices in the order a panel shows them: a shuffle seeded by the prompt's text,
+        so the right answer's place tells nothing (as written, it was most often second) and the
+        order is the same on every run. ``answer`` and :meth:`check` keep the written indices."""
+        seed = int.from_bytes(hashlib.sha256(self.prompt.encode("utf-8")).digest()[:8], "big")
+        order = list(range(len(self.options)))
+        random.Random(seed).shuffle(order)
+        return order
 
     def check(self, answer) -> tuple[bool, str]:
         """``answer``: an option index (int) or the option's text. Returns ``(ok, explanation)``."""

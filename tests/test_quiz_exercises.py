@@ -263,3 +263,42 @@ def test_every_chapter_says_where_its_techniques_stand_in_todays_engines():
         rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| Technique")]
         assert 2 <= len(rows) <= 4 and all(line.count("|") == 6 for line in rows), path.name
         assert "Sources:" in text, path.name
+
+
+def test_quiz_panels_place_the_right_answer_by_a_seeded_shuffle():
+    """As written, most right answers were the second option; panels show the options in an order
+    seeded by the prompt (the same on every run), so across the course the right answer's place is
+    spread over the positions."""
+    import ast
+    from collections import Counter
+    from pathlib import Path
+
+    import nbformat
+
+    from labsupport.quiz import MultipleChoice
+    from labsupport.widgets.quiz import quiz_panel
+
+    q = MultipleChoice("Which?", ["a", "bb", "ccc"], answer=1, explanation="e")
+    assert sorted(q.display_order) == [0, 1, 2] and q.display_order == q.display_order
+    buttons = quiz_panel([q]).children[2]
+    assert [label for label, _ in buttons.options] == [q.options[k] for k in q.display_order]
+    assert [value for _, value in buttons.options] == q.display_order            # a click still sends the index
+    written, shown = Counter(), Counter()
+    for path in sorted(Path(__file__).resolve().parent.parent.glob("chapters*/[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, 4).cells:
+            if cell.cell_type != "code" or "MultipleChoice(" not in cell.source:
+                continue
+            for node in ast.walk(ast.parse(cell.source)):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "MultipleChoice":
+                    prompt = node.args[0]
+                    options = node.args[1]
+                    answer = next(k.value for k in node.keywords if k.arg == "answer")
+                    if not (isinstance(prompt, ast.Constant) and isinstance(options, ast.List)
+                            and isinstance(answer, ast.Constant)):
+                        continue
+                    mc = MultipleChoice(prompt.value, ["x"] * len(options.elts), answer.value, "e")
+                    written[answer.value] += 1
+                    shown[mc.display_order.index(answer.value)] += 1
+    total = sum(shown.values())
+    assert total >= 40, total
+    assert max(shown.values()) <= 0.5 * total, (written, shown)              # no place holds half the answers

@@ -54,7 +54,7 @@ def quiz_panel(quiz: Quiz | list) -> Panel:
     for i, q in enumerate(quiz.questions):
         rows.append(widgets.HTMLMath(f"<div style='font-size:17px;margin-top:6px'><b>Q{i + 1}.</b> {q.prompt}</div>"))
         if isinstance(q, MultipleChoice):
-            buttons = widgets.ToggleButtons(options=[(o, k) for k, o in enumerate(q.options)], value=None,
+            buttons = widgets.ToggleButtons(options=[(q.options[k], k) for k in q.display_order], value=None,
                                             style={"button_width": "auto"})
             buttons.observe(lambda ch, i=i: ch["new"] is not None and submit(i, ch["new"]), names="value")
             rows.append(buttons)
