@@ -556,3 +556,22 @@ def test_fit_max_tokens_below_the_shortest_completion_heads_for_the_end(tiny_lm)
     rows = g.index.next_rows(0)
     allowed = mask.nonzero().flatten().tolist()
     assert allowed and all(dist[rows[t]] == dist[rows].min(where=rows >= 0, initial=1e9) for t in allowed)
+
+
+def test_xgrammars_native_warnings_are_caught_not_printed(capfd):
+    """XGrammar's C++ side warns on stderr when it falls back (allOf, overlapping oneOf); in a notebook
+    that is a red box mid-lesson. The peer comparison catches it at the file descriptor and keeps it."""
+    pytest.importorskip("xgrammar")
+    from labsupport.structured import peer
+
+    before = len(peer.XGRAMMAR_WARNINGS)
+    rows = {r.label: r for r in peer.compare()}
+    out, err = capfd.readouterr()
+    assert "json_schema_converter" not in err and "Warning" not in err
+    caught = peer.XGRAMMAR_WARNINGS[before:]
+    assert any("oneOf" in w and "anyOf" in w for w in caught), caught
+    assert rows["overlapping oneOf"].xgrammar.startswith("ACCEPTS")       # the fall-back the warning announced
+    with peer.captured_native_stderr() as lines:
+        import os
+        os.write(2, b"native line\n")
+    assert lines == ["native line"] and peer.XGRAMMAR_WARNINGS[-1] == "native line"

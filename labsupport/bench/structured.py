@@ -211,17 +211,20 @@ def mask_step_seconds(lm: LoadedModel, spec: dict, token_runs: Sequence[Sequence
 
 def _xgrammar_compile(compiler, spec: dict):
     """``spec`` compiled by XGrammar with the settings closest to ours (compact JSON, same any-order flag)."""
+    from ..structured.peer import captured_native_stderr
+
     kind, payload, options = normalize_spec(spec)
-    if kind == "json":
-        ws = options["whitespace"]
-        extra = {"any_whitespace": False, "separators": (",", ":")} if ws == 0 else \
-            {"any_whitespace": True, "max_whitespace_cnt": ws}
-        return compiler.compile_json_schema(payload, any_order=options["any_order"], **extra)
-    if kind == "regex":
-        return compiler.compile_regex(payload)
-    if kind == "grammar":
-        return compiler.compile_grammar(payload)
-    return compiler.compile_regex("|".join(re.escape(c) for c in payload))
+    with captured_native_stderr():                   # its fall-back warnings, not a red box in the notebook
+        if kind == "json":
+            ws = options["whitespace"]
+            extra = {"any_whitespace": False, "separators": (",", ":")} if ws == 0 else \
+                {"any_whitespace": True, "max_whitespace_cnt": ws}
+            return compiler.compile_json_schema(payload, any_order=options["any_order"], **extra)
+        if kind == "regex":
+            return compiler.compile_regex(payload)
+        if kind == "grammar":
+            return compiler.compile_grammar(payload)
+        return compiler.compile_regex("|".join(re.escape(c) for c in payload))
 
 
 def batch_mask_step_seconds(lm: LoadedModel, spec: dict, token_runs: Sequence[Sequence[int]], batch: int = 8,

@@ -3,19 +3,53 @@ same schemas through both compilers, and for each an instance that is **invalid*
 compiled grammar still accept it?
 
 Ours either compiles a keyword exactly or refuses it; XGrammar compiles more schemas and, where
-it cannot be exact, falls back to looser semantics (with a warning on stderr): ``oneOf`` as
-``anyOf``, ``allOf`` partly, ``not`` and some type filters ignored. The table makes that trade
+it cannot be exact, falls back to looser semantics (with a warning on stderr, which
+:func:`captured_native_stderr` keeps in :data:`XGRAMMAR_WARNINGS` instead of the notebook): ``oneOf``
+as ``anyOf``, ``allOf`` partly, ``not`` and some type filters ignored. The table makes that trade
 visible. XGrammar is optional: without it, its column says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..i18n import N_, tr, tr_marked
 from .automaton import compile_tree
 from .json_schema import schema_to_tree
+
+#: What XGrammar's C++ side wrote to stderr while it compiled (its fall-back warnings), newest last.
+XGRAMMAR_WARNINGS: list[str] = []
+
+
+@contextlib.contextmanager
+def captured_native_stderr() -> Iterator[list[str]]:
+    """Catch what native code writes to file descriptor 2 (XGrammar's C++ warnings, which a notebook
+    would show as a red stderr box mid-lesson) into the yielded list, one entry per line, and append
+    them to :data:`XGRAMMAR_WARNINGS`. Python's own ``sys.stderr`` is untouched."""
+    lines: list[str] = []
+    try:
+        fd = sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
+        saved = os.dup(fd)
+    except (OSError, ValueError, AttributeError):        # no real descriptor 2 here: nothing to catch
+        yield lines
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), fd)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            sink.seek(0)
+            lines += [line for line in sink.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            XGRAMMAR_WARNINGS.extend(lines)
+
 
 #: (label, schema, an invalid instance) — each instance violates the schema it sits beside.
 CASES = [
@@ -94,7 +128,8 @@ def compare(cases=CASES) -> list[PeerRow]:
             peer = "not installed"
         else:
             try:
-                grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
+                with captured_native_stderr():
+                    grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
                 peer = "ACCEPTS the invalid instance" if _is_grammar_accept_string(grammar, text) else "rejects it"
             except Exception as err:                 # noqa: BLE001 - any refusal of the peer is a table entry
                 peer = f"refuses the schema ({type(err).__name__})"
