@@ -122,6 +122,13 @@ def deck_slide_types(nb):
     return nb
 
 
+def speaker_view(source: str) -> str:
+    """A speaker-notes cell's markdown as the offline deck's speaker view shows it: open. In the notebook
+    the notes sit in a closed ``<details>`` block (JupyterLab does not collapse a rendered markdown cell,
+    so a reader would otherwise see "Ask the room… Expected: …" above the demo it answers)."""
+    return source.replace("<details>", "<details open>", 1)
+
+
 def _package_dir(module: str) -> Path:
     import importlib
 
@@ -231,6 +238,9 @@ def export(notebook: Path, out_dir: Path, *, execute: bool = True, timeout: int 
         if keep_executed is not None:
             Path(keep_executed).mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, Path(keep_executed) / notebook.name)
+    for cell in nb.cells:                               # the presenter reads the notes open (key S)
+        if cell.cell_type == "markdown" and SPEAKER_NOTES in cell.metadata.get("tags", []):
+            cell.source = speaker_view(cell.source)
     exporter = SlidesExporter(config=c)
     exporter.register_preprocessor(_plotly_to_html_preprocessor(), enabled=True)
     with language(edition_language(notebook)):         # the deck's own words in its edition's language

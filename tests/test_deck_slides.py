@@ -108,6 +108,14 @@ def test_every_cell_is_reachable_by_the_right_arrow_and_notes_are_there(path):
     notes = [c for c, k in zip(nb.cells, kinds) if k == "notes" and "speaker-notes" in c.metadata.get("tags", [])]
     assert len(notes) >= 3, f"{path.name}: {len(notes)} speaker-notes cells"
     assert all(c.metadata.get("jupyter", {}).get("source_hidden") and ("ask" in c.source.lower() or "the room" in c.source) for c in notes)
+    # JupyterLab shows a rendered markdown cell whatever source_hidden says: the notes sit in a closed
+    # <details> block, which the offline deck's speaker view opens
+    from labsupport.slides import speaker_view
+
+    for c in notes:
+        body = c.source.strip()
+        assert body.startswith("<details><summary>") and body.endswith("</details>"), body[:60]
+        assert "<details open>" in speaker_view(c.source) and speaker_view(c.source).count("<details") == 1
 
 
 def test_deck_rule_makes_subslides_slides_and_hides_the_setup_input():
