@@ -241,16 +241,26 @@ def operate_cell(page, cell, i: int, out: Path, report: dict, log) -> None:
     for k, group in enumerate(cell.query_selector_all(CONTROL_KINDS["toggle_buttons"])):
         if not group.is_visible():
             continue
+        def live(b) -> bool:
+            """Still on the page and enabled: a Predict panel locks (re-renders) its buttons once a
+            prediction meets a measurement already made."""
+            from playwright.sync_api import Error as PlaywrightError
+
+            try:
+                return not b.is_disabled()
+            except PlaywrightError:
+                return False
+
         buttons = [b for b in group.query_selector_all("button") if b.is_visible()]
         start = next((j for j, b in enumerate(buttons) if "mod-active" in (b.get_attribute("class") or "")), 0)
         for j, b in enumerate(buttons):
-            if "mod-active" in (b.get_attribute("class") or "") or b.is_disabled():
+            if not live(b) or "mod-active" in (b.get_attribute("class") or ""):
                 continue
             before = shot()
             b.click()
             after("toggle_buttons", k, before, f"_option_{j}")
-        if buttons and "mod-active" not in (buttons[start].get_attribute("class") or "") \
-                and not buttons[start].is_disabled():       # back to where it started, so later controls act
+        if buttons and live(buttons[start]) \
+                and "mod-active" not in (buttons[start].get_attribute("class") or ""):   # back to the start
             before = shot()
             buttons[start].click()
             after("toggle_buttons", k, before, "_back")

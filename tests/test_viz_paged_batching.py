@@ -141,3 +141,17 @@ def test_panels_build_and_react():
     assert "t(1) = 4.92 ms" in st.children[1].value
     dl = wb.disaggregation_lab(num_requests=20)
     assert len(dl.children[1].data) == 3
+
+
+def test_an_empty_memory_map_says_empty():
+    """A memory with no request in it is all white: the figure says so instead of looking broken."""
+    import numpy as np
+
+    from labsupport.viz.paged import fragmentation_figure
+
+    free = (np.full(128, -1), np.zeros(128, bool))
+    busy = (np.array([0] * 16 + [-1] * 112), np.array([True] * 10 + [False] * 118))
+    c = {"running": 0, "queued": 0, "waste": 0.0, "completed": 3}
+    fig = fragmentation_figure({"contiguous": free, "paged": busy}, {"contiguous": c, "paged": c}, 100)
+    notes = [a.text for a in fig.layout.annotations if "empty" in a.text]
+    assert notes == ["empty: no request holds memory"]            # the empty one only

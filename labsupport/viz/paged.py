@@ -126,6 +126,9 @@ def fragmentation_figure(grids: Mapping[str, tuple[np.ndarray, np.ndarray]], cou
         fig.update_yaxes(showticklabels=False, row=i, col=1)
         for x0, y0, x1, y1 in block_boundaries((block_sizes or {}).get(name, 1), img.shape[0] * columns, columns):
             fig.add_shape(type="line", x0=x0, y0=y0, x1=x1, y1=y1, line={"color": "white", "width": 2}, row=i, col=1)
+        if not (np.asarray(grids[name][0]) >= 0).any():            # all white: say so, or it looks broken
+            fig.add_annotation(x=(columns - 1) / 2, y=(img.shape[0] - 1) / 2, text=tr("empty: no request holds memory"),
+                               showarrow=False, font={"size": 15, "color": "#607d8b"}, row=i, col=1)
     fig.update_annotations(font={"size": 16})
     rows = grids[names[0]][0].size // columns
     return _layout(fig, _grid_title(step), height=160 + len(names) * (rows * 14 + 60))

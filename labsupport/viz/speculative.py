@@ -92,8 +92,8 @@ def rounds_figure(rounds: Sequence, label: Callable[[int], str] | None = None, *
             pts[status][2].append(lab)
             fulls.setdefault(status, []).append(whole)
     fig = go.Figure()
-    names = {"accepted": tr("accepted draft"), "replaced": tr("rejected draft, replaced by the target's token"),
-             "bonus": tr("bonus token (all drafts accepted)"), "discarded": tr("discarded draft (after the rejection)")}
+    names = {"accepted": tr("accepted draft"), "replaced": tr("the target's token (replaces the first rejected draft)"),
+             "bonus": tr("bonus token (all drafts accepted)"), "discarded": tr("rejected or discarded draft (from the first rejection on)")}
     colors = {"accepted": ACCEPTED, "replaced": REPLACED, "bonus": BONUS, "discarded": DISCARDED}
     for status, (xs, ys, labs) in pts.items():
         fig.add_trace(go.Scatter(x=xs, y=ys, text=labs, customdata=fulls.get(status, []), mode="markers+text",

@@ -51,4 +51,5 @@ MESSAGES = {
     "requests that fit in the KV memory": "KV 메모리에 들어가는 요청 수",
     "requests": "요청 수",
     "Reserving {reserved} tokens for a request that uses {used}": "{used} 토큰을 쓰는 요청에 {reserved} 토큰 예약",
+    "empty: no request holds memory": "비어 있음: 메모리를 가진 요청이 없습니다",
 }

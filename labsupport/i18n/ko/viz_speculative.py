@@ -3,9 +3,9 @@
 MESSAGES = {
     "Draft-verify rounds": "초안-검증 라운드",
     "accepted draft": "수락된 초안",
-    "rejected draft, replaced by the target's token": "거절된 초안, 타깃 모델의 토큰으로 대체",
+    "the target's token (replaces the first rejected draft)": "타깃 모델의 토큰 (처음 거절된 초안을 대체)",
     "bonus token (all drafts accepted)": "보너스 토큰 (초안 모두 수락)",
-    "discarded draft (after the rejection)": "버린 초안 (거절 이후)",
+    "rejected or discarded draft (from the first rejection on)": "거절되거나 버린 초안 (처음 거절된 것부터)",
     "round {n}": "라운드 {n}",
     "token of the round (emitted, then discarded)": "라운드의 토큰 (내보낸 것, 이어서 버린 것)",
     "Speed-up vs draft length γ": "초안 길이 γ에 따른 속도 향상",
