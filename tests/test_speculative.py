@@ -656,9 +656,11 @@ def test_panels_build_and_react(pair):
     assert "3.36" not in panel.stats.value
     # the strip shows the 12 rounds simulated at α = 0.5, γ = 4 with the panel's seed (0 + γ)
     n = accepted_prefix_length(simulate_rounds(0.5, 4, 12, np.random.default_rng(4)))
-    cells = {tr.name.split(" ")[0]: len(tr.x) for tr in panel.figures[1].data}
-    assert cells == {"accepted": int(n.sum()), "rejected": int((n < 4).sum()), "bonus": int((n == 4).sum()),
-                     "discarded": int((4 - n)[n < 4].sum())}
+    cells = {tr.name: len(tr.x) for tr in panel.figures[1].data}
+    assert cells == {"accepted draft": int(n.sum()),
+                     "the target's token (replaces the first rejected draft)": int((n < 4).sum()),
+                     "bonus token (all drafts accepted)": int((n == 4).sum()),
+                     "rejected or discarded draft (from the first rejection on)": int((4 - n)[n < 4].sum())}
     target, draft = pair
     box = round_panel(target, draft, "Return the number", gamma=3, max_new_tokens=12)
     first = box.state["result"]
