@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .generation import _check_length, _prompt_ids
+from .generation import max_new_tokens_for, prompt_token_ids
 from .models import LoadedModel, model_forward
 from .validation import check_bool, check_int, check_real, check_token_ids
 
@@ -216,10 +216,10 @@ def beam_search(lm: LoadedModel, prompt: str | Sequence[int], beam_width: int = 
         ValueError: empty prompt, a length beyond the model's positions, ``beam_width`` outside
             ``[1, vocab/2]``, ``num_return_sequences > beam_width``, or another bad argument.
     """
-    ids = _prompt_ids(lm, prompt)
+    ids = prompt_token_ids(lm, prompt)
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
-    max_new_tokens = _check_length(lm, len(ids), max_new_tokens)
+    max_new_tokens = max_new_tokens_for(lm, len(ids), max_new_tokens)
     check_bool("ignore_eos", ignore_eos)
     if eos_token_id is not None:
         check_int("eos_token_id", eos_token_id, 0, vocab - 1)
@@ -352,7 +352,7 @@ def sequence_logprob(lm: LoadedModel, prompt: str | Sequence[int], token_ids: Se
         ValueError: empty prompt or ``token_ids``, an id outside the vocabulary, or a length
             beyond the model's positions.
     """
-    ids = _prompt_ids(lm, prompt)
+    ids = prompt_token_ids(lm, prompt)
     token_ids = check_token_ids("token_ids", token_ids, int(lm.model.config.vocab_size))
     limit = int(lm.model.config.n_positions)
     if len(ids) + len(token_ids) > limit:

@@ -86,7 +86,7 @@ def token_id_list(prompt) -> list[int]:
     return check_token_ids("prompt", prompt, 2 ** 63, allow_empty=True)
 
 
-def _prompt_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
+def prompt_token_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
     """The prompt's ids, checked: text is encoded; ids must be in the vocabulary.
 
     Raises:
@@ -117,7 +117,7 @@ def context_room(lm: LoadedModel, prompt_len: int) -> int:
     return room
 
 
-def _check_length(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> int:
+def max_new_tokens_for(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> int:
     """``max_new_tokens`` checked and cut to the context window (:func:`context_room`)."""
     return min(check_int("max_new_tokens", max_new_tokens, 1), context_room(lm, prompt_len))
 
@@ -129,7 +129,7 @@ def next_token_logits(lm: LoadedModel, prompt: str | Sequence[int]) -> torch.Ten
     Raises:
         ValueError: empty prompt, ids outside the vocabulary, or more tokens than n_positions.
     """
-    prompt_ids = _prompt_ids(lm, prompt)
+    prompt_ids = prompt_token_ids(lm, prompt)
     limit = max_positions(lm.model)
     if len(prompt_ids) > limit:
         raise ValueError(f"prompt length must be <= {limit} (the model's n_positions), got {len(prompt_ids)}")
@@ -151,7 +151,7 @@ def _record(lm: LoadedModel, step: int, position: int, logits: torch.Tensor, tok
                       num_kept=int((final > 0).sum()), entropy_bits=float(entropy_bits(raw)))
 
 
-def _grammar(lm: LoadedModel, params: SamplingParams, max_new: int):
+def grammar_for(lm: LoadedModel, params: SamplingParams, max_new: int):
     """The compiled structured-output grammar of ``params`` for ``lm`` (cached), or None.
 
     Raises:
@@ -194,15 +194,15 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
             position limit (prompt + max_new_tokens <= n_positions), ``top_n < 0``.
     """
     _check_params(params)
-    ids = _prompt_ids(lm, prompt)
-    max_new = _check_length(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
+    ids = prompt_token_ids(lm, prompt)
+    max_new = max_new_tokens_for(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
     check_int("top_n", top_n, 0)
     check_bool("use_cache", use_cache)
     check_bool("record", record)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     rule = StopRule.from_params(params, lm.eos_token_ids, max_new, lm.model.config.vocab_size)
-    grammar = _grammar(lm, params, max_new)
+    grammar = grammar_for(lm, params, max_new)
     state = 0 if grammar is None else grammar.initial_state()
     seq = list(ids)
     new: list[int] = []
@@ -277,14 +277,14 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     _check_params(params)
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
-    rows = [_prompt_ids(lm, p) for p in prompts]
+    rows = [prompt_token_ids(lm, p) for p in prompts]
     requested = params.max_tokens if max_new_tokens is None else max_new_tokens
-    rules = [StopRule.from_params(params, lm.eos_token_ids, _check_length(lm, len(r), requested),
+    rules = [StopRule.from_params(params, lm.eos_token_ids, max_new_tokens_for(lm, len(r), requested),
                                  lm.model.config.vocab_size) for r in rows]
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=lm.device).manual_seed(params.seed)
     pad = int(lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.eos_token_id)
-    grammar = _grammar(lm, params, min(r.max_tokens for r in rules))
+    grammar = grammar_for(lm, params, min(r.max_tokens for r in rules))
     states = [0] * len(rows)                             # grammar state per row
     ids, mask, pos = left_pad(rows, pad, lm.device)
     seqs = [list(r) for r in rows]

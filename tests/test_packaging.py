@@ -323,3 +323,29 @@ def test_no_chapter_builds_a_figure_and_drops_it():
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
                 assert not _figure_calls_dropped(cell.source), f"{path.name} cell {i}: {_figure_calls_dropped(cell.source)}"
+
+
+def test_chapters_import_from_package_faces_only():
+    """Chapters import ``labsupport.X`` (a module or a subpackage's face), never a module inside a
+    subpackage nor a private name: files can move inside a package without editing the chapters."""
+    import ast
+    import importlib
+
+    import nbformat
+
+    for path in _chapters():
+        nb = nbformat.reads(_committed(path), as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            source = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labsupport"):
+                    where = f"{path.parent.name}/{path.name} cell {i}: from {node.module} import …"
+                    assert node.module.count(".") <= 1, where
+                    assert not any(a.name.startswith("_") for a in node.names), where
+                    face = importlib.import_module(node.module)
+                    for a in node.names:
+                        assert hasattr(face, a.name) or importlib.util.find_spec(f"{node.module}.{a.name}"), where
+                if isinstance(node, ast.Import):
+                    assert not any(a.name.startswith("labsupport.") and a.name.count(".") > 1 for a in node.names)

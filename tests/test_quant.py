@@ -25,7 +25,7 @@ from labsupport.quant.int8 import Int8Linear
 from labsupport.quant.kv import budget_run, dequantize_kv, kv_bytes_per_token, quantize_kv
 from labsupport.quant.outliers import outlier_errors, plant_outlier
 from labsupport.quant.scale import at_scale
-from labsupport.quant.weights import _out_in, awq_scale, layer_inputs, linear_layers
+from labsupport.quant.weights import out_in, awq_scale, layer_inputs, linear_layers
 from labsupport.sampling import SamplingParams
 from labsupport.serving.kv_transfer import KVConnector, KVPayload, recv_blocks, send_blocks
 
@@ -113,17 +113,17 @@ def test_quantize_model_leaves_the_original_and_counts_bytes(tiny_lm):
     layers = linear_layers(tiny_lm.model)
     assert set(q.errors) == set(layers) and all(0 < e < 0.02 for e in q.errors.values())
     assert q.lm.model.lm_head.weight is q.lm.model.transformer.wte.weight          # still tied
-    n = sum(_out_in(m).numel() for m in layers.values())
-    rows = sum(_out_in(m).shape[0] for m in layers.values())
+    n = sum(out_in(m).numel() for m in layers.values())
+    rows = sum(out_in(m).shape[0] for m in layers.values())
     assert q.model_bytes == q.fp32_bytes - 4 * n + n + 2 * rows
-    w = _out_in(linear_layers(q.lm.model)["h.0.mlp.c_fc"])
-    assert torch.equal(w, fake_quantize(_out_in(layers["h.0.mlp.c_fc"]), "int8", "channel"))
+    w = out_in(linear_layers(q.lm.model)["h.0.mlp.c_fc"])
+    assert torch.equal(w, fake_quantize(out_in(layers["h.0.mlp.c_fc"]), "int8", "channel"))
 
 
 def test_awq_is_never_worse_than_rtn_on_its_calibration(tiny_lm):
     ids = torch.randint(0, tiny_lm.model.config.vocab_size, (128,), generator=torch.Generator().manual_seed(0))
     x = layer_inputs(tiny_lm, ids, ["h.0.mlp.c_proj"])["h.0.mlp.c_proj"]
-    w = _out_in(linear_layers(tiny_lm.model)["h.0.mlp.c_proj"])
+    w = out_in(linear_layers(tiny_lm.model)["h.0.mlp.c_proj"])
     s, alpha = awq_scale(w, x, "int4", "group", 32)
     err = lambda w_hat: float((x @ w_hat.t() - x @ w.t()).norm())            # noqa: E731
     assert err(fake_quantize(w * s, "int4", "group", 32) / s) <= err(fake_quantize(w, "int4", "group", 32)) + 1e-6
@@ -317,7 +317,7 @@ def test_at_scale_arithmetic():
 
 
 def test_every_format_round_trips_a_real_matrix(tiny_lm):
-    w = _out_in(linear_layers(tiny_lm.model)["h.0.attn.c_attn"])
+    w = out_in(linear_layers(tiny_lm.model)["h.0.attn.c_attn"])
     errs = {f: relative_error(w, fake_quantize(w, f, "channel")) for f in FORMATS}
     assert errs["fp32"] == 0 and errs["bf16"] < errs["fp8_e4m3"] < errs["int4"]
     assert errs["int8"] < errs["fp8_e4m3"]

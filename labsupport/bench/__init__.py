@@ -11,3 +11,23 @@ path. (The core packages stamp times only for their own metrics: arrival, first 
 
 BENCHMARKS = {"engine": "engine", "speculative": "speculative", "kv-cache": "kv_cache", "structured": "structured",
               "speculative-variants": "speculative_variants", "vllm": "vs_vllm", "quant": "quant"}
+
+from .._faces import lazy_face  # noqa: E402
+
+_FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "batch_sweep_runs": "speculative_variants",
+    "compare_with_engine": "speculative",
+    "default_methods": "speculative_variants",
+    "forward_costs": "speculative_variants",
+    "measure_costs": "speculative",
+    "measure_methods": "speculative_variants",
+    "prompt_of_length": "kv_cache",
+    "request_token_times": "kv_cache",
+    "speedup_sweep": "speculative",
+    "step_times": "quant",
+    "time_cached_vs_uncached": "kv_cache",
+    "time_prefill_decode": "kv_cache",
+    "weight_pass_seconds": "engine",
+}
+__getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
+__all__ = sorted(_FACE)

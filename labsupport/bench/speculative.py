@@ -42,7 +42,7 @@ from labsupport.engine.block_manager import BlockManager
 from labsupport.engine.extend import extend
 from labsupport.engine.model_runner import ModelRunner
 from labsupport.engine.native_attention import default_backend_line
-from labsupport.generation import _prompt_ids, generate
+from labsupport.generation import prompt_token_ids, generate
 from labsupport.kv import blocks_needed
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams
@@ -257,7 +257,7 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
             proposer with ``costs`` measured without the draft model (no draft prefill).
     """
     check_int("repeats", repeats, 1)
-    ids = _prompt_ids(target, prompt)
+    ids = prompt_token_ids(target, prompt)
     rows = []
     for g in gammas:
         prop = make_proposer(int(g))

@@ -35,3 +35,16 @@ __all__ = [
     "SequenceStatus",
     "block_hash",
 ]
+
+from .._faces import lazy_face  # noqa: E402
+
+_FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "ModelRunner": "model_runner",
+    "Scheduler": "scheduler",
+    "build_metadata": "attention",
+    "paged_attention": "attention",
+    "paged_beam_search": "beam_search",
+    "tree_ancestors": "attention",
+}
+__getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
+__all__ = sorted({*__all__, *_FACE})

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..beam import BeamSearcher, BeamSearchResult, _validate
-from ..generation import _check_length, _prompt_ids
+from ..generation import max_new_tokens_for, prompt_token_ids
 from ..kv import blocks_needed
 from ..models import LoadedModel
 from ..validation import check_int
@@ -86,9 +86,9 @@ def paged_beam_search(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], b
         raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
     vocab = int(lm.model.config.vocab_size)
     _validate(beam_width, max_new_tokens, length_penalty, early_stopping, num_return_sequences, vocab)
-    rows = [_prompt_ids(lm, p) for p in prompts]
+    rows = [prompt_token_ids(lm, p) for p in prompts]
     ends = frozenset() if ignore_eos else lm.eos_token_ids
-    searches = [BeamSearcher(lm, ids, beam_width, _check_length(lm, len(ids), max_new_tokens), length_penalty,
+    searches = [BeamSearcher(lm, ids, beam_width, max_new_tokens_for(lm, len(ids), max_new_tokens), length_penalty,
                              early_stopping, ends) for ids in rows]          # the one context-window rule
     block_size = check_int("block_size", block_size, 1)
     # every live beam holding its own blocks at full length: the most a search can ever hold at once

@@ -16,3 +16,17 @@ __all__ = [
     "Score", "dequantize_kv", "fake_quantize", "format_table", "greedy_agreement", "number_format", "quantize",
     "quantize_kv", "quantize_model", "relative_error", "score", "top1_agreement",
 ]
+
+from .._faces import lazy_face  # noqa: E402
+
+_FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "at_scale": "scale",
+    "awq_scale": "weights",
+    "layer_inputs": "weights",
+    "linear_layers": "weights",
+    "out_in": "weights",
+    "outlier_errors": "outliers",
+    "plant_outlier": "outliers",
+}
+__getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
+__all__ = sorted({*__all__, *_FACE})

@@ -76,7 +76,7 @@ def linear_layers(model, targets: Sequence[str] = TARGETS) -> dict[str, torch.nn
     return layers
 
 
-def _out_in(module: torch.nn.Module) -> torch.Tensor:
+def out_in(module: torch.nn.Module) -> torch.Tensor:
     """The weight as ``(out, in)``: ``nn.Linear`` keeps it so, GPT-2's ``Conv1D`` stores ``(in, out)``."""
     return module.weight.detach() if isinstance(module, torch.nn.Linear) else module.weight.detach().t()
 
@@ -202,7 +202,7 @@ def quantize_model(lm, fmt: str = "int8", *, granularity: str = "group", group_s
         if len(calibration_ids) < 16:
             raise ValueError(f"calibration_ids must hold at least 16 token ids, got {len(calibration_ids)}")
     for name, module in layers.items():                                  # group_size fits every matrix
-        width = _out_in(module).shape[1]
+        width = out_in(module).shape[1]
         if granularity == "group" and width % check_int("group_size", group_size, 1):
             raise ValueError(f"group_size must divide the row width of every matrix ({name} has {width}), "
                              f"got {group_size}")
@@ -212,7 +212,7 @@ def quantize_model(lm, fmt: str = "int8", *, granularity: str = "group", group_s
     out = QuantizedModel(type(lm)(model, lm.tokenizer, lm.device, f"{lm.name} ({fmt}, {method})"), fmt,
                          granularity, group_size, targets, method)
     for name, module in qlayers.items():
-        w = _out_in(module).float()
+        w = out_in(module).float()
         if method == "awq":
             s, out.alphas[name] = awq_scale(w, inputs[name], fmt, granularity, group_size)
             stored = quantize(w * s, fmt, granularity, group_size)

@@ -6,3 +6,11 @@ decode engines in two processes) · ``tiers`` (a CPU and a disk tier under the p
 ``cacheblend`` (joining separately cached chunks, recomputing a fraction of tokens) ·
 ``router`` (round-robin vs prefix-affinity routing over engine replicas).
 """
+
+from .._faces import lazy_face  # noqa: E402
+
+_FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "KVConnector": "kv_transfer",
+}
+__getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
+__all__ = sorted(_FACE)

@@ -116,3 +116,26 @@ __all__ = [
     "verify_draft",
     "verify_logits",
 ]
+
+from .._faces import lazy_face  # noqa: E402
+
+_FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "EagleProposer": "eagle",
+    "LookaheadProposer": "lookahead",
+    "MedusaHeads": "medusa",
+    "MedusaProposer": "medusa",
+    "PROSE": "prompts",
+    "REPETITIVE": "prompts",
+    "SelfSpecProposer": "self_spec",
+    "SpeculativeEngine": "engine",
+    "TokenTree": "tree",
+    "accept_greedy_path": "tree",
+    "break_even_batch": "policy",
+    "compact_kv": "tree",
+    "dense_tree_reference": "tree",
+    "load_eagle": "eagle",
+    "load_medusa": "medusa",
+    "policy_from_measurements": "policy",
+}
+__getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
+__all__ = sorted({*__all__, *_FACE})

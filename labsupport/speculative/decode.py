@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..generation import _check_length, _grammar, _prompt_ids
+from ..generation import max_new_tokens_for, grammar_for, prompt_token_ids
 from ..models import LoadedModel
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule
@@ -91,15 +91,15 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
     if proposer.needs_paged_target:
         raise ValueError(f"the {proposer.name} proposer reads the target's paged cache or hidden states; "
                          "run it with SpeculativeEngine")
-    ids = _prompt_ids(target, prompt)
-    max_new = _check_length(target, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
+    ids = prompt_token_ids(target, prompt)
+    max_new = max_new_tokens_for(target, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=target.device).manual_seed(params.seed)
     loop = _Loop(target)
     s = SpecSequence("0", list(ids), [], params, generator, StopRule.from_params(params, target.eos_token_ids, max_new,
                                                                                  target.model.config.vocab_size),
                      max_new, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens),
-                     grammar=_grammar(target, params, max_new))
+                     grammar=grammar_for(target, params, max_new))
     t0 = time.perf_counter()
     tgt = CachedLM(target)
     if len(ids) > 1:

@@ -17,3 +17,16 @@ from .token_index import TokenIndex, token_bytes
 __all__ = ["DFA", "MAX_ANY_ORDER_KEYS", "StructuredOutput", "TokenIndex", "apply_structured_mask",
            "compile_structured_output", "compile_tree", "for_model", "normalize_spec", "parse_regex",
            "schema_to_tree", "token_bytes"]
+
+from .._faces import lazy_face  # noqa: E402
+
+_FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "DFA": "automaton",
+    "MAX_STACK": "pushdown",
+    "TokenIndex": "token_index",
+    "compare": "peer",
+    "difference": "automaton",
+    "intersect": "automaton",
+}
+__getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
+__all__ = sorted({*__all__, *_FACE})
