@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .validation import check_choice, check_int, check_real
+from .validation import check_choice, check_int, check_positive, check_real
 
 #: Bits per stored element for each KV-cache (or weight) precision.
 DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
@@ -40,9 +40,6 @@ ATTENTION_KINDS = ("MHA", "GQA", "MQA")
 MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
 SHIPPED_MODELS = ("tiny-gpt2", "tiny-gpt2-draft")
 
-
-def _check_positive(name: str, value) -> float:
-    return check_real(name, value, 0, low_open=True)
 
 
 def dtype_bits(dtype: str) -> int:
@@ -282,7 +279,7 @@ def memory_budget(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str
     Raises:
         TypeError, ValueError: as :func:`kv_bytes`; ``capacity`` not a number > 0.
     """
-    _check_positive("capacity", capacity)
+    check_positive("capacity", capacity)
     return MemoryBudget(weights=weight_bytes(shape, weight_dtype), kv=kv_bytes(shape, seq_len, batch, kv_dtype),
                         kv_per_token=kv_bytes_per_token(shape, kv_dtype), capacity=int(capacity))
 
@@ -302,7 +299,7 @@ class Accelerator:
         if not isinstance(self.name, str):
             raise TypeError(f"name must be a str, got {self.name!r}")
         for field_name in ("peak_flops", "bandwidth", "memory"):
-            _check_positive(field_name, getattr(self, field_name))
+            check_positive(field_name, getattr(self, field_name))
 
 
 #: NVIDIA H100 SXM datasheet: BF16 dense ≈ 989 TFLOPS, HBM3 ≈ 3.35 TB/s, 80 GB.
@@ -335,7 +332,7 @@ def decode_intensity(batch: int, bytes_per_param: float = 2.0) -> float:
     With 2-byte weights this is ≈ ``batch``, ignoring the KV reads.
     """
     check_int("batch", batch, 1)
-    _check_positive("bytes_per_param", bytes_per_param)
+    check_positive("bytes_per_param", bytes_per_param)
     return 2.0 * batch / bytes_per_param
 
 
@@ -363,8 +360,8 @@ def step_time(weight_bytes: float, bandwidth: float, batch: int = 1, kv_bytes_pe
         TypeError: an argument of the wrong type.
         ValueError: ``weight_bytes`` or ``bandwidth`` not > 0, ``batch`` < 1, ``K`` < 0.
     """
-    _check_positive("weight_bytes", weight_bytes)
-    _check_positive("bandwidth", bandwidth)
+    check_positive("weight_bytes", weight_bytes)
+    check_positive("bandwidth", bandwidth)
     check_int("batch", batch, 1)
     check_real("kv_bytes_per_request", kv_bytes_per_request, 0)
     return (weight_bytes + batch * kv_bytes_per_request) / bandwidth
@@ -378,8 +375,8 @@ def decode_throughput(weight_bytes: float, bandwidth: float, batch: int = 1,
 
 def throughput_ceiling(kv_bytes_per_request: float, bandwidth: float) -> float:
     """Limit of :func:`decode_throughput` as ``B → ∞``: ``BW / K`` tokens/s (3.3 TB/s / 0.25 GB ≈ 13,200)."""
-    _check_positive("kv_bytes_per_request", kv_bytes_per_request)
-    _check_positive("bandwidth", bandwidth)
+    check_positive("kv_bytes_per_request", kv_bytes_per_request)
+    check_positive("bandwidth", bandwidth)
     return bandwidth / kv_bytes_per_request
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from .kv import PRESETS, kv_bytes_per_token
 from .kv import blocks_needed as _blocks_needed
-from .validation import check_int, check_real
+from .validation import check_int, check_positive
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -51,9 +51,6 @@ VLLM_BLOCK_SIZE = 16
 BIMODAL_BATCH_SIZE = 8
 BIMODAL_OUTPUT_LENS = (50, 50, 50, 50, 400, 400, 400, 400)
 
-
-def _check_pos(name: str, value) -> float:
-    return check_real(name, value, 0, low_open=True)
 
 
 # ----------------------------------------------------------------------------- reservation
@@ -77,8 +74,8 @@ def requests_that_fit(memory_bytes: float, bytes_per_request: float) -> int:
         TypeError: an argument of the wrong type.
         ValueError: either argument is not > 0.
     """
-    _check_pos("memory_bytes", memory_bytes)
-    _check_pos("bytes_per_request", bytes_per_request)
+    check_positive("memory_bytes", memory_bytes)
+    check_positive("bytes_per_request", bytes_per_request)
     return int(memory_bytes // bytes_per_request)
 
 
@@ -152,10 +149,10 @@ def reservation_report(kv_bytes_per_token: float = LLAMA3_8B_KV_BYTES_PER_TOKEN,
         TypeError: an argument of the wrong type.
         ValueError: a size is not positive, or ``used_tokens > reserved_tokens``.
     """
-    _check_pos("kv_bytes_per_token", kv_bytes_per_token)
+    check_positive("kv_bytes_per_token", kv_bytes_per_token)
     check_int("reserved_tokens", reserved_tokens, 1)
     check_int("used_tokens", used_tokens, 1)
-    _check_pos("memory_bytes", memory_bytes)
+    check_positive("memory_bytes", memory_bytes)
     check_int("block_size", block_size, 1)
     if used_tokens > reserved_tokens:
         raise ValueError(f"used_tokens must be <= reserved_tokens ({reserved_tokens}), got {used_tokens}")

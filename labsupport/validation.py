@@ -74,6 +74,16 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
     return v
 
 
+def check_positive(name: str, value: Any) -> float:
+    """``value`` as a ``float`` > 0 (and finite).
+
+    Raises:
+        TypeError: not a real number.
+        ValueError: ≤ 0, NaN or ±inf.
+    """
+    return check_real(name, value, 0, low_open=True)
+
+
 def check_bool(name: str, value: Any) -> bool:
     """``value`` if it is exactly ``True`` or ``False`` (not ``"False"``, not ``0``).
 

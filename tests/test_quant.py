@@ -22,7 +22,8 @@ from labsupport.quant import (
     top1_agreement,
 )
 from labsupport.quant.int8 import Int8Linear
-from labsupport.quant.kv import budget_run, dequantize_kv, kv_bytes_per_token, quantize_kv
+from labsupport.bench.quant import budget_run
+from labsupport.quant.kv import dequantize_kv, kv_bytes_per_token, quantize_kv
 from labsupport.quant.outliers import outlier_errors, plant_outlier
 from labsupport.quant.scale import at_scale
 from labsupport.quant.weights import out_in, awq_scale, layer_inputs, linear_layers

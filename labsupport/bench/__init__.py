@@ -15,6 +15,7 @@ BENCHMARKS = {"engine": "engine", "speculative": "speculative", "kv-cache": "kv_
 from .._faces import lazy_face  # noqa: E402
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
+    "budget_run": "quant",
     "batch_sweep_runs": "speculative_variants",
     "compare_with_engine": "speculative",
     "default_methods": "speculative_variants",

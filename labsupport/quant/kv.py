@@ -14,8 +14,6 @@ keys and values just before the product (as vLLM's fp8 KV path does in its atten
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ..validation import check_choice, check_int, check_type
@@ -163,55 +161,3 @@ def kv_bytes_per_token(num_layers: int, num_heads: int, head_dim: int, kv_cache_
         check_int(name, value, 1)
     per_head = head_dim * model_bytes if check_kv_cache_dtype(kv_cache_dtype) == "auto" else head_dim + 2
     return 2 * num_layers * num_heads * per_head
-
-
-@dataclass
-class BudgetRun:
-    """One engine run under a fixed KV memory budget.
-
-    Attributes:
-        kv_cache_dtype: the setting. num_blocks: blocks the budget buys. capacity: their token slots.
-        mean_running / max_running: sequences per decode step (mean over steps, and the most).
-        preemptions: sequences preempted for lack of blocks. steps: engine steps to finish all.
-        token_ids: each request's output, in request order. finish_reasons: theirs (``"error"``:
-            a request longer than the whole pool, refused by the engine).
-    """
-
-    kv_cache_dtype: str
-    num_blocks: int
-    capacity: int
-    mean_running: float
-    max_running: int
-    preemptions: int
-    steps: int
-    token_ids: list[list[int]]
-    finish_reasons: list[str]
-
-
-def budget_run(lm, budget_bytes: int, kv_cache_dtype: str, prompts, max_tokens: int, *,
-               block_size: int = 16, max_num_seqs: int = 32) -> BudgetRun:
-    """Run ``prompts`` (greedy, ``max_tokens`` each) through an :class:`~labsupport.engine.LLMEngine`
-    whose KV pool is as many blocks as ``budget_bytes`` buys in ``kv_cache_dtype``.
-
-    Raises:
-        ValueError: a budget smaller than one block, or bad settings (as the engine's).
-    """
-    from ..engine import LLMEngine
-    from ..sampling import SamplingParams
-    if isinstance(prompts, str) or not hasattr(prompts, "__len__"):
-        raise TypeError(f"prompts must be a list of prompts (strings or token-id lists), got {type(prompts).__name__}")
-    cfg = lm.model.config
-    per_token = kv_bytes_per_token(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, kv_cache_dtype)
-    check_int("budget_bytes", budget_bytes, 1)
-    num_blocks = budget_bytes // (per_token * block_size)
-    if num_blocks < 1:
-        raise ValueError(f"budget_bytes must buy at least one block ({per_token * block_size} B in "
-                         f"{kv_cache_dtype!r}), got {budget_bytes}")
-    engine = LLMEngine(lm, block_size=block_size, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
-                       kv_cache_dtype=kv_cache_dtype, record_history=True, num_cpu_blocks=0)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    outputs = engine.generate(list(prompts), params)
-    running = [len(s.running) for s in engine.history if s.running]
-    return BudgetRun(kv_cache_dtype, num_blocks, num_blocks * block_size, sum(running) / max(len(running), 1),
-                     max(running, default=0), sum(len(s.preempted) for s in engine.history), len(engine.history),
-                     [list(o.token_ids) for o in outputs], [o.finish_reason for o in outputs])

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..validation import check_int, check_real
+from ..validation import check_int, check_positive, check_real
 
 NEG_INF = float("-inf")
 
@@ -79,9 +79,6 @@ def _rows_of_ids(prev_ids, batch: int, name: str = "prev_ids") -> list[list[int]
 
 
 
-def _check_positive(name: str, value: float) -> float:
-    return check_real(name, value, 0, low_open=True)
-
 
 # ----------------------------------------------------------------------------- penalties
 
@@ -104,7 +101,7 @@ def apply_repetition_penalty(logits: torch.Tensor, prev_ids: torch.Tensor | Sequ
         TypeError: ``penalty`` not a number.
         ValueError: ``penalty`` is not > 0, or an id is outside the vocabulary.
     """
-    _check_positive("repetition_penalty", penalty)
+    check_positive("repetition_penalty", penalty)
     z = _as_2d(logits).clone()
     if penalty == 1.0:
         return _restore(z, logits)
