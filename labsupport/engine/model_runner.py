@@ -14,52 +14,35 @@ the :class:`~labsupport.engine.block_manager.BlockManager` decides which blocks 
 sequence uses. The runner never sees the block manager: it takes block tables, as vLLM's model
 runner takes attention metadata. :meth:`ModelRunner.extend` (speculative decoding) runs
 several new tokens per sequence and returns the logits of every one.
+
+Three files, one concept each: :mod:`~labsupport.engine.gpt2` (the blocks' weights),
+:mod:`~labsupport.engine.kv_cache` (the cache tensors and every block move: copy-on-write, swap,
+read / write of whole sequences) and this one (the forward: embeddings, the blocks over the paged
+cache with the chosen attention backend, the LM head).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ..kv import blocks_needed
 from ..quant import kv as kvq
 from ..quant.int8 import QUANTIZATIONS, Int8Linear
-from ..validation import check_choice, check_int, is_int
+from ..validation import check_choice, check_int
 from . import native_attention
 from .attention import AttentionMetadata, build_metadata, check_metadata, paged_attention
+from .gpt2 import gpt2_layers
+from .kv_cache import PagedKVCache
 from .linear import Linear, tune
 from .memory import check_pool_fits
 from .native_attention import resolve_backend
 
 
-@dataclass
-class _Layer:
-    """One transformer block's weights: layer-norm parameters (views of the model's own) and its four
-    matrices as :class:`~labsupport.engine.linear.Linear` (GPT-2 Conv1D: ``x @ W + b``)."""
-
-    ln_1: tuple[torch.Tensor, torch.Tensor]
-    c_attn: Linear                                  # (E, 3E) + (3E,)
-    attn_proj: Linear                               # (E, E) + (E,)
-    ln_2: tuple[torch.Tensor, torch.Tensor]
-    c_fc: Linear                                    # (E, 4E) + (4E,)
-    mlp_proj: Linear                                # (4E, E) + (E,)
-    act: Callable[[torch.Tensor], torch.Tensor]
-    scale: float
-
-
-def _activation(name: str, module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """GPT-2's "gelu_new" is the tanh approximation of GELU: one fused op instead of the module's five."""
-    if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return lambda x: F.gelu(x, approximate="tanh")
-    return module
-
-
-class ModelRunner:
+class ModelRunner(PagedKVCache):
     """Runs a GPT-2 ``transformers`` model over a paged KV cache.
 
     Args:
@@ -126,19 +109,7 @@ class ModelRunner:
         self.lm_head_linear = Linear(self.lm_head, out_in=True)
         if quantization == "int8":
             self.lm_head_linear = Int8Linear(self.lm_head)
-            lin = lambda m: Int8Linear(m.weight.detach().t(), m.bias.detach())      # noqa: E731
-        else:
-            lin = lambda m: Linear(m.weight.detach(), m.bias.detach())               # noqa: E731
-        self.layers = []
-        for i, block in enumerate(t.h):
-            scale = 1.0 / math.sqrt(self.head_dim) if cfg.scale_attn_weights else 1.0
-            if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-                scale /= i + 1
-            wb = lambda m: (m.weight.detach(), m.bias.detach())
-            self.layers.append(_Layer(ln_1=wb(block.ln_1), c_attn=lin(block.attn.c_attn),
-                                      attn_proj=lin(block.attn.c_proj), ln_2=wb(block.ln_2),
-                                      c_fc=lin(block.mlp.c_fc), mlp_proj=lin(block.mlp.c_proj),
-                                      act=_activation(cfg.activation_function, block.mlp.act), scale=scale))
+        self.layers = gpt2_layers(model, quantization)
         # each matrix shape's fastest kernel per row count, measured once per process (linear.py)
         self.kernel_choices = {} if quantization == "int8" else tune(self.matrices())
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=kv_dtype, device=self.device)
@@ -158,27 +129,6 @@ class ModelRunner:
         """Every weight matrix a step multiplies by: each layer's four, then the LM head."""
         return [m for layer in self.layers for m in (layer.c_attn, layer.attn_proj, layer.c_fc, layer.mlp_proj)] + \
             [self.lm_head_linear]
-
-    def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
-        """``(num_layers, 2, num_blocks, block_size, num_heads, head_dim)``."""
-        return (self.num_layers, 2, num_blocks, self.block_size, self.num_heads, self.head_dim)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token takes over all layers: ``2 · L · H · D · bytes`` (8-bit KV:
-        ``2 · L · H · (D + 2)``, the fp16 scale of each head included)."""
-        return kvq.kv_bytes_per_token(self.num_layers, self.num_heads, self.head_dim, self.kv_cache_dtype,
-                                      model_bytes=self.kv_cache.element_size())
-
-    @property
-    def quantized_kv(self) -> bool:
-        return self.kv_scales is not None
-
-    def _stores(self, cpu: bool = False) -> tuple[torch.Tensor, ...]:
-        """The tensors a block move applies to: the cache, and its scales for 8-bit KV (``cpu``: the swap space's)."""
-        if cpu:
-            return (self.cpu_cache,) if self.kv_scales is None else (self.cpu_cache, self.cpu_scales)
-        return (self.kv_cache,) if self.kv_scales is None else (self.kv_cache, self.kv_scales)
 
     # ------------------------------------------------------------------ the forward pass
     @torch.inference_mode()
@@ -297,125 +247,6 @@ class ModelRunner:
             h = layer.act(layer.c_fc(h))                                          # (N, 4E)
             x = x + layer.mlp_proj(h)
         return x
-
-    # ------------------------------------------------------------------ moving blocks
-    @staticmethod
-    def _check_blocks(name: str, ids: Sequence[int], num_blocks: int) -> None:
-        if all(type(b) is int and 0 <= b < num_blocks for b in ids):     # the common case, without is_int's isinstance
-            return
-        bad = [b for b in ids if not (is_int(b) and 0 <= b < num_blocks)]
-        if bad:
-            raise ValueError(f"{name} must hold block ids in [0, {num_blocks}), got {bad[0]!r}")
-
-    def _check_pairs(self, name: str, pairs: list[tuple[int, int]], src_blocks: int, dst_blocks: int) -> None:
-        self._check_blocks(f"{name} (source blocks)", [p[0] for p in pairs], src_blocks)
-        self._check_blocks(f"{name} (destination blocks)", [p[1] for p in pairs], dst_blocks)
-
-    def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Copy-on-write: copy whole blocks ``src → dst`` in every layer's K and V.
-
-        Raises:
-            ValueError: a block id outside the pool.
-        """
-        pairs = list(pairs)
-        if not pairs:                         # most steps copy nothing: return before entering inference mode
-            return
-        self._check_pairs("pairs", pairs, self.num_blocks, self.num_blocks)
-        with torch.inference_mode():
-            src = torch.tensor([s for s, _ in pairs], device=self.device)
-            dst = torch.tensor([d for _, d in pairs], device=self.device)
-            for t in self._stores():
-                t[:, :, dst] = t[:, :, src]
-
-    def swap_out(self, mapping: Mapping[int, int] | Iterable[tuple[int, int]]) -> None:
-        """Copy device blocks to CPU swap blocks (``{device_block: cpu_block}`` or a list of such pairs).
-
-        Raises:
-            ValueError: a block id outside the device pool or the CPU swap space.
-        """
-        pairs = list(mapping.items() if isinstance(mapping, Mapping) else mapping)
-        if not pairs:
-            return
-        self._check_pairs("mapping", pairs, self.num_blocks, self.num_cpu_blocks)
-        with torch.inference_mode():          # entered only when there is something to move
-            if self.cpu_cache is None:
-                self.cpu_cache = torch.zeros(self.cache_shape(self.num_cpu_blocks), dtype=self.kv_cache.dtype)
-                if self.kv_scales is not None:
-                    self.cpu_scales = torch.ones(self.cache_shape(self.num_cpu_blocks)[:-1], dtype=torch.float16)
-            src = torch.tensor([s for s, _ in pairs], device=self.device)
-            dst = torch.tensor([d for _, d in pairs])
-            for host, dev in zip(self._stores(cpu=True), self._stores()):
-                host[:, :, dst] = dev[:, :, src].cpu()
-
-    def swap_in(self, mapping: Mapping[int, int]) -> None:
-        """Copy CPU swap blocks back to device blocks (``{cpu_block: device_block}``).
-
-        Raises:
-            ValueError: a block id outside the pools, or nothing swapped out yet.
-        """
-        if not mapping:
-            return
-        self._check_pairs("mapping", list(mapping.items()), self.num_cpu_blocks, self.num_blocks)
-        if self.cpu_cache is None:
-            raise ValueError("mapping names CPU blocks, but nothing was swapped out yet (the CPU cache is empty)")
-        with torch.inference_mode():          # entered only when there is something to move
-            src = torch.tensor(list(mapping.keys()))
-            dst = torch.tensor(list(mapping.values()), device=self.device)
-            for dev, host in zip(self._stores(), self._stores(cpu=True)):
-                dev[:, :, dst] = host[:, :, src].to(self.device)
-
-    # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
-    def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
-        pos = torch.arange(start, start + num_tokens)
-        if num_tokens and (start < 0 or blocks_needed(start + num_tokens, self.block_size) > len(block_table)):
-            raise ValueError(f"block table of {len(block_table)} blocks holds no slots for positions "
-                             f"{start}..{start + num_tokens - 1}")
-        table = torch.tensor(list(block_table), dtype=torch.long)
-        return (table[pos // self.block_size] * self.block_size + pos % self.block_size).to(self.device)
-
-    @torch.inference_mode()
-    def read_kv(self, block_table: Sequence[int], num_tokens: int, start: int = 0) -> torch.Tensor:
-        """K and V of positions ``start … start+num_tokens-1`` of a sequence, every layer, gathered
-        from its blocks: ``(num_layers, 2, num_tokens, num_heads, head_dim)`` (a copy).
-
-        Raises:
-            ValueError: the block table has no slot for one of the positions.
-        """
-        slots = self._slots(block_table, start, num_tokens)
-        flat = self.kv_cache.flatten(2, 3)                                   # (L, 2, NB·bs, H, D)
-        if self.kv_scales is None:
-            return flat.index_select(2, slots).clone()
-        scales = self.kv_scales.flatten(2, 3).index_select(2, slots)
-        return kvq.dequantize_kv(flat.index_select(2, slots), scales, self.kv_cache_dtype)   # float32
-
-    @torch.inference_mode()
-    def write_kv(self, block_table: Sequence[int], kv: torch.Tensor, start: int = 0) -> None:
-        """Write ``kv`` ``(num_layers, 2, n, num_heads, head_dim)`` into the slots of positions
-        ``start … start+n-1`` of a sequence (KV received from another engine or a lower tier).
-
-        Raises:
-            ValueError: a tensor of another shape, or a block table too short.
-        """
-        expected = (self.num_layers, 2, self.num_heads, self.head_dim)
-        if kv.dim() != 5 or (kv.shape[0], kv.shape[1], kv.shape[3], kv.shape[4]) != expected:
-            raise ValueError(f"kv must have shape (num_layers, 2, n, num_heads, head_dim) = "
-                             f"({expected[0]}, 2, n, {expected[2]}, {expected[3]}), got {tuple(kv.shape)}")
-        slots = self._slots(block_table, start, kv.shape[2])
-        if self.kv_scales is None:
-            self.kv_cache.flatten(2, 3).index_copy_(2, slots, kv.to(self.device, self.dtype))
-            return
-        codes, scales = kvq.quantize_kv(kv.to(self.device), self.kv_cache_dtype)
-        self.kv_cache.flatten(2, 3).index_copy_(2, slots, codes)
-        self.kv_scales.flatten(2, 3).index_copy_(2, slots, scales)
-
-    def move_slots(self, src: Sequence[int], dst: Sequence[int]) -> None:
-        """Copy the K/V (and scales) of flat slots ``src`` to slots ``dst`` in every layer (tree
-        verification keeps the accepted path's entries this way)."""
-        src_t = torch.tensor(list(src), dtype=torch.long, device=self.device)
-        dst_t = torch.tensor(list(dst), dtype=torch.long, device=self.device)
-        for t in self._stores():
-            flat = t.flatten(2, 3)
-            flat[:, :, dst_t] = flat[:, :, src_t]
 
     # ------------------------------------------------------------------ several tokens per sequence
     def extend(self, new_tokens: Sequence[Sequence[int]], start_positions: Sequence[int],
