@@ -77,15 +77,6 @@ class GenerationResult:
         return sum(s.logprob for s in self.steps)
 
 
-def token_id_list(prompt) -> list[int]:
-    """A prompt given as token ids (list, tuple, 1-D tensor or array) → ``list[int]``.
-
-    Raises:
-        TypeError: not a flat sequence of integers (floats, strings, nested lists, None).
-    """
-    return check_token_ids("prompt", prompt, 2 ** 63, allow_empty=True)
-
-
 def prompt_token_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
     """The prompt's ids, checked: text is encoded; ids must be in the vocabulary.
 
@@ -95,10 +86,6 @@ def prompt_token_ids(lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
     """
     ids = lm.encode(prompt) if isinstance(prompt, str) else prompt
     return check_token_ids("prompt", ids, int(lm.model.config.vocab_size))
-
-
-def _check_params(params: SamplingParams) -> None:
-    check_type("params", params, SamplingParams)
 
 
 def context_room(lm: LoadedModel, prompt_len: int) -> int:
@@ -193,7 +180,7 @@ def generate(lm: LoadedModel, prompt: str | Sequence[int], params: SamplingParam
         ValueError: empty prompt, ids outside the vocabulary, a length beyond the model's
             position limit (prompt + max_new_tokens <= n_positions), ``top_n < 0``.
     """
-    _check_params(params)
+    check_type("params", params, SamplingParams)
     ids = prompt_token_ids(lm, prompt)
     max_new = max_new_tokens_for(lm, len(ids), params.max_tokens if max_new_tokens is None else max_new_tokens)
     check_int("top_n", top_n, 0)
@@ -274,7 +261,7 @@ def generate_batch(lm: LoadedModel, prompts: Sequence[str | Sequence[int]],
     Returns:
         One :class:`GenerationResult` per prompt (no per-step records).
     """
-    _check_params(params)
+    check_type("params", params, SamplingParams)
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r}")
     rows = [prompt_token_ids(lm, p) for p in prompts]

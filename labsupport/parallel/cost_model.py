@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import kv
-from ..validation import check_choice, check_int, check_real
+from ..validation import check_int, check_real
 from .comm import ring_factor
 
 
@@ -204,15 +204,3 @@ def calibration_gpu(weight_bytes: float, compute_s: float, name: str = "this CPU
     check_real("weight_bytes", weight_bytes, 0, low_open=True)
     check_real("compute_s", compute_s, 0, low_open=True)
     return GPU(name, hbm_bandwidth=weight_bytes / compute_s, memory=16e9, gpus_per_node=2)
-
-
-def check_layout(model: str, tp: int, pp: int, interconnect: str) -> None:
-    """Validate a cluster-panel choice.
-
-    Raises:
-        ValueError: unknown model or interconnect; ``pp`` more than the model's layers.
-    """
-    check_choice("model", model, list(MODELS))
-    check_choice("interconnect", interconnect, list(LINKS))
-    check_int("tp", tp, 1)
-    check_int("pp", pp, 1, MODELS[model].n_layers)

@@ -1,11 +1,13 @@
 """The sampling pipeline: logits → processed logits → probabilities → one token per row.
 
-The order is the one of Hugging Face ``generate`` and vLLM's sampler::
+The order is Hugging Face ``generate``'s::
 
     penalties (repetition, frequency, presence) → min_tokens mask → grammar mask
     → temperature → top-k → top-p → min-p → renormalise → sample
 
-so top-p and min-p see the *temperature-scaled* distribution. Temperature 0 means greedy:
+so top-p and min-p see the *temperature-scaled* distribution. vLLM v1's sampler applies min-p
+before top-k / top-p; with both min-p and top-p set the two orders can keep different tokens
+(probabilities 0.5 / 0.3 / 0.2, min-p 0.5, top-p 0.6: this order keeps the first two, vLLM's the first). Temperature 0 means greedy:
 the arg-max of the penalised, masked logits, with no division at all.
 
 Rows carry their history for the penalties: ``prev_ids`` is each row's prompt + output so far
