@@ -155,8 +155,8 @@ def run_check(check: Callable[[Callable], int], fn: Callable, *, name: str | Non
     try:
         cases = check(fn)
     except NotImplementedError:
-        return _report(False, False, tr("{label} is not implemented yet — fill in the stub above and run this cell "
-                                        "again", label=label), quiet)
+        return _report(False, False, tr("{label} is not implemented yet — write it where it says YOUR CODE HERE, "
+                                        "then run the cells from there to this one again", label=label), quiet)
     except AssertionError as err:
         detail = str(err) or tr("a case failed (the check gave no detail)")
         return _report(False, True, tr("{label} disagrees with {against}: {detail}", label=label, against=against,

@@ -16,8 +16,8 @@ MESSAGES = {
     "not quite — check your working": "아직 아닙니다 — 풀이를 다시 확인하세요",
     "not quite ({error}: {message})": "아직 아닙니다 ({error}: {message})",
     # run_check
-    "{label} is not implemented yet — fill in the stub above and run this cell again":
-        "{label}: 아직 구현되지 않았습니다 — 위의 스텁을 채우고 이 셀을 다시 실행하세요",
+    "{label} is not implemented yet — write it where it says YOUR CODE HERE, then run the cells from there to this one again":
+        "{label}: 아직 구현되지 않았습니다 — '여기에 코드를 작성하세요' 자리에 작성한 뒤, 그 셀부터 이 셀까지 다시 실행하세요",
     "a case failed (the check gave no detail)": "사례 하나가 실패했습니다 (검사가 자세한 내용을 알려 주지 않았습니다)",
     "{label} disagrees with {against}: {detail}": "{label}: 불일치 (비교 대상: {against}): {detail}",
     "{label} raised {error}: {message}": "{label}에서 {error} 발생: {message}",
