@@ -24,7 +24,6 @@ cache with the chosen attention backend, the LM head).
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -98,8 +97,8 @@ class ModelRunner(PagedKVCache):
         self.vocab_size = cfg.vocab_size
         self.eps = cfg.layer_norm_epsilon
         kv_dtype = kvq.storage_dtype(kv_cache_dtype) or self.dtype
-        per_block = math.prod(self.cache_shape(1)) * kv_dtype.itemsize + \
-            (0 if kv_cache_dtype == "auto" else 2 * math.prod(self.cache_shape(1)[:-1]))
+        per_block = block_size * kvq.kv_bytes_per_token(self.num_layers, self.num_heads, self.head_dim, kv_cache_dtype,
+                                                        model_bytes=self.dtype.itemsize)
         check_pool_fits("num_blocks", num_blocks, per_block, self.device)
         check_pool_fits("num_cpu_blocks", num_cpu_blocks, per_block, torch.device("cpu"))
         t = model.transformer

@@ -290,7 +290,8 @@ class TieredKVCache:
             except Exception as err:                           # noqa: BLE001 - any unreadable file is a miss
                 kv, why = None, f"unreadable ({type(err).__name__}: {err})"
             _remove(entry.path)
-        shape = self.runner.cache_shape(1)[:2] + self.runner.cache_shape(1)[3:]
+        one = self.runner.cache_shape(1)                     # (L, 2, 1, bs, H, D): one block's K/V is (L, 2, bs, H, D)
+        shape = one[:2] + one[3:]
         if why is None and not isinstance(kv, torch.Tensor):
             why = "no K/V tensor in it"
         elif why is None and (tuple(kv.shape) != shape or kv.dtype != self.runner.kv_cache.dtype):
