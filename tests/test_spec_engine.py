@@ -4,7 +4,7 @@ rejected slots freed, the pool whole at the end, sampling exact and seeded."""
 from __future__ import annotations
 
 import pytest
-from test_speculative import make_lm, perturbed
+from test_speculative import target_and_draft
 
 from labsupport.engine import LLMEngine
 from labsupport.generation import generate
@@ -16,8 +16,7 @@ PROMPTS = [[5, 17, 99, 3, 42, 8], [1, 1, 1], [7, 8, 9, 7, 8], [200, 13], [4] * 1
 
 @pytest.fixture(scope="module")
 def pair():
-    target = make_lm(0)
-    return target, perturbed(target, 1, 0.25)
+    return target_and_draft(0)
 
 
 @pytest.fixture(scope="module")

@@ -75,10 +75,15 @@ def perturbed(lm: LoadedModel, seed: int, eps: float) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=lm.tokenizer, device=lm.device, name=f"perturbed-{seed}")
 
 
+def target_and_draft(seed: int) -> tuple[LoadedModel, LoadedModel]:
+    """A random target (:func:`make_lm`) and a draft perturbed from it: the pair the speculative tests share."""
+    target = make_lm(seed)
+    return target, perturbed(target, 1, 0.25)
+
+
 @pytest.fixture(scope="module")
 def pair():
-    target = make_lm(0)
-    return target, perturbed(target, 1, 0.25)
+    return target_and_draft(0)
 
 
 PROMPT = [5, 17, 99, 3, 42, 8]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import make_tiny_lm, pool_is_whole
-from test_speculative import make_lm, perturbed
+from test_speculative import target_and_draft
 
 from labsupport.engine import LLMEngine
 from labsupport.sampling import GREEDY
@@ -26,8 +26,7 @@ PROMPT = [5, 9, 2, 7, 1, 5, 9]
 
 @pytest.fixture(scope="module")
 def pair():
-    target = make_lm(1)
-    return target, perturbed(target, 1, 0.25)
+    return target_and_draft(1)
 
 
 def test_a_draft_with_another_vocabulary_is_refused_when_the_engine_is_built(pair):

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import pytest
-from test_speculative import make_lm, perturbed
+from test_speculative import target_and_draft
 
 from labsupport.engine import LLMEngine
 from labsupport.generation import generate, generate_batch
@@ -24,8 +24,7 @@ N = 16
 
 @pytest.fixture(scope="module")
 def pair():
-    target = make_lm(1)
-    return target, perturbed(target, 1, 0.25)
+    return target_and_draft(1)
 
 
 @pytest.fixture(scope="module")
