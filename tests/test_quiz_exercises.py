@@ -168,6 +168,70 @@ def test_every_chapter_ends_with_a_labsupport_quiz_and_a_checked_score():
         assert "labsupport.exercises import" in code, path.name
 
 
+PREDICT_THEN_CHECK = {"chapters": "Predict, then check:", "chapters-ko": "예측한 뒤 확인해 보세요:"}
+
+
+@pytest.mark.parametrize("edition", sorted(PREDICT_THEN_CHECK))
+def test_every_quiz_asks_a_prediction_that_the_run_answers(edition):
+    """Each chapter's quiz has a predict-then-check question (#49): its prompt says so, and its ``answer`` is an
+    expression evaluated in the run (a name or a call), not a number or option index typed into the notebook."""
+    import ast
+    from pathlib import Path
+
+    import nbformat
+
+    folder = Path(__file__).resolve().parent.parent / edition
+    chapters = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+    assert len(chapters) >= 10
+    for path in chapters:
+        cell = next(c for c in nbformat.read(path, as_version=4).cells if "quiz" in c.metadata.get("tags", []))
+        found = []
+        for node in ast.walk(ast.parse(cell.source)):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("MultipleChoice", "Numeric")):
+                continue
+            prompt = node.args[0]
+            text = prompt.value if isinstance(prompt, ast.Constant) else "".join(
+                v.value for v in getattr(prompt, "values", []) if isinstance(v, ast.Constant))
+            if not text.startswith(PREDICT_THEN_CHECK[edition]):
+                continue
+            answer = next(k.value for k in node.keywords if k.arg == "answer")
+            found.append(any(isinstance(n, (ast.Name, ast.Call)) for n in ast.walk(answer)))
+        assert found, f"{edition}/{path.name}: no question starts with {PREDICT_THEN_CHECK[edition]!r}"
+        assert any(found), f"{edition}/{path.name}: the predict-then-check answer is typed in, not computed"
+
+
+@pytest.mark.parametrize("edition", sorted(PREDICT_THEN_CHECK))
+def test_the_right_option_is_rarely_the_longest(edition):
+    """A new student found the right answer was usually the longest option (20 of 24 questions): a careful, qualified
+    right answer next to short throw-away distractors. The distractors now argue as long as it does; at most a quarter
+    of the multiple-choice questions (written options, three or more) may still have the right one strictly longest."""
+    import ast
+    from pathlib import Path
+
+    import nbformat
+
+    folder = Path(__file__).resolve().parent.parent / edition
+    asked, longest = 0, []
+    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+        cell = next(c for c in nbformat.read(path, as_version=4).cells if "quiz" in c.metadata.get("tags", []))
+        for node in ast.walk(ast.parse(cell.source)):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "MultipleChoice"):
+                continue
+            answer = next(k.value for k in node.keywords if k.arg == "answer")
+            if not (isinstance(node.args[1], ast.List) and isinstance(answer, ast.Constant)):
+                continue                                             # options or answer computed in the run
+            options = [ast.literal_eval(e) for e in node.args[1].elts]
+            if len(options) < 3:
+                continue
+            asked += 1
+            others = [len(o) for i, o in enumerate(options) if i != answer.value]
+            if len(options[answer.value]) > max(others):
+                longest.append(f"{path.name}: {options[answer.value]!r}")
+    assert asked >= 15
+    assert len(longest) <= asked // 4, f"{len(longest)} of {asked} right answers are the longest option:\n" + \
+        "\n".join(longest)
+
+
 def test_exercise_result_as_a_cells_last_value_shows_nothing_more():
     """A check ending an exercise cell prints its line once; IPython must not add the result's repr."""
     from IPython.core.formatters import DisplayFormatter

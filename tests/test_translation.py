@@ -194,9 +194,12 @@ def test_korean_chapter_sets_the_language(en, ko):
         f"{ko.name}: its set-up cell must choose Korean (setup_chapter(..., lang=\"ko\"))"
 
 
+AVOIDED_HEADING = "## 피하는 말"
+
+
 def _glossary() -> list[tuple[str, str]]:
     rows = []
-    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+    for line in GLOSSARY.read_text(encoding="utf-8").split(AVOIDED_HEADING)[0].splitlines():
         cols = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and len(cols) >= 2 and cols[0] not in ("English", "") and not cols[0].startswith("-"):
             rows.append((cols[0], cols[1]))
@@ -217,6 +220,33 @@ def test_glossary_is_well_formed():
     assert all(tl.HANGUL.search(ko) for _, ko in rows)
 
 
+def _avoided() -> list[tuple[str, str]]:
+    """The glossary's "피하는 말" table: (a fragment the Korean edition does not use, the word it uses instead)."""
+    text = GLOSSARY.read_text(encoding="utf-8")
+    assert AVOIDED_HEADING in text, f"{GLOSSARY.name} has no {AVOIDED_HEADING!r} section"
+    rows = []
+    for line in text.split(AVOIDED_HEADING)[1].splitlines():
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cols) >= 2 and cols[0] != "피하는 말" and not cols[0].startswith("-"):
+            rows += [(fragment.strip(), cols[1]) for fragment in cols[0].split(",")]
+    return rows
+
+
+def test_korean_edition_avoids_the_renderings_the_glossary_retires():
+    """One concept, one name (korean-reader review): no retired rendering in a Korean chapter (sources and kept
+    outputs), the Korean README or the package's Korean catalogue."""
+    rows = _avoided()
+    assert len(rows) >= 8 and all(fragment for fragment, _ in rows)
+    texts = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8")
+             for p in [*sorted((ROOT / "chapters-ko").glob("*.ipynb")), ROOT / "README.ko.md",
+                       *sorted((ROOT / "labsupport" / "i18n" / "ko").glob("*.py"))]}
+    assert len(texts) > 13
+    found = [f"{name}: {fragment!r} (write {instead!r}): …{text[max(0, at - 30):at + 30]!r}…"
+             for name, text in texts.items() for fragment, instead in rows
+             for at in [text.find(fragment)] if at >= 0]
+    assert not found, "\n".join(found)
+
+
 @pytest.mark.parametrize("en,ko", [p for p in PAIRS if p[1].exists()], ids=lambda p: p.stem if isinstance(p, Path) else p)
 def test_glossary_terms_are_used_with_the_english_at_first_use(en, ko):
     english, korean = _prose(nbformat.read(en, 4)), _prose(nbformat.read(ko, 4))
@@ -233,7 +263,7 @@ def test_glossary_terms_are_used_with_the_english_at_first_use(en, ko):
         if at < 0:
             problems.append(f"{term!r} is in the English chapter; {ko_term!r} is not in the Korean one")
             continue
-        after = korean[at + len(ko_term):at + len(ko_term) + len(term) + 3].lstrip()
+        after = korean[at + len(ko_term):at + len(ko_term) + len(term) + 6].lstrip(" \n*_")   # **term**(English) too
         if not after.lower().startswith("(" + term.lower()):
             problems.append(f"first {ko_term!r} is not followed by ({term}): "
                             f"…{korean[max(0, at - 20):at + len(ko_term) + 25]!r}…")

@@ -22,7 +22,7 @@ MESSAGES = {
     "requests/s": "요청/s",
     "long prompt": "긴 프롬프트",
     "chunk (tokens)": "청크 (토큰)",
-    "colocated ×2": "공동 배치 ×2",
+    "colocated ×2": "통합 구성 ×2",
     "chunked prefill ×2": "청크 프리필 ×2",
     "1 prefill + 1 decode": "프리필 1대 + 디코드 1대",
     "Latency on two H100s (Llama 3 8B cost model)": "H100 두 대의 지연 시간 (Llama 3 8B 비용 모델)",
