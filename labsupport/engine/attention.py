@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kv import blocks_needed
+from .block_manager import slot_mapping_of
 
 
 @dataclass
@@ -143,8 +144,8 @@ def build_metadata(query_lens: Sequence[int], start_positions: Sequence[int],
     num_seqs, max_q, max_ctx = len(query_lens), max(query_lens), max(ctx_lens)
     max_blocks = blocks_needed(max_ctx, block_size)
     padded = [list(t[:max_blocks]) + [0] * (max_blocks - min(len(t), max_blocks)) for t in block_tables]
-    slots = [t[p // block_size] * block_size + p % block_size
-             for t, s, q in zip(block_tables, start_positions, query_lens) for p in range(s, s + q)]
+    slots = [slot for t, s, q in zip(block_tables, start_positions, query_lens)
+             for slot in slot_mapping_of(t, range(s, s + q), block_size)]
     positions = [p for s, q in zip(start_positions, query_lens) for p in range(s, s + q)]
     ancestors: list[tuple[int, torch.Tensor]] = []                                 # (sequence, (q, q) bool)
     if trees:

@@ -22,17 +22,25 @@ data (copy-on-write, swap) return the block pairs the runner must copy.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from ..kv import blocks_needed
 from ..validation import check_bool, check_int, check_token_ids
 from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
 from .swap_space import SwapSpace
 
-__all__ = ["Block", "BlockManager", "BlockPool", "NoFreeBlocksError", "block_hash"]
+__all__ = ["Block", "BlockManager", "BlockPool", "NoFreeBlocksError", "block_hash", "slot_mapping_of"]
 
 SeqId = Hashable
 Slot = tuple[int, int, "int | None"]          # (physical block, offset in it, copied_from or None)
+
+
+def slot_mapping_of(block_table: Sequence[int], positions: Iterable[int], block_size: int) -> list[int]:
+    """The slot mapping, in one place: the flat cache slot of each position,
+    ``block_table[p // block_size] * block_size + p % block_size``. Unchecked (the callers check
+    their positions against the table first); the block manager, the attention metadata and the
+    runner's whole-sequence KV moves all call it."""
+    return [block_table[p // block_size] * block_size + p % block_size for p in positions]
 
 
 class BlockManager:
@@ -136,13 +144,11 @@ class BlockManager:
         Raises:
             ValueError: a position the sequence has no slot for.
         """
-        table, bs, n = self._table(seq_id), self.block_size, self._num_slots[seq_id]
-        out = []
-        for p in positions:
-            if not 0 <= p < n:
-                raise ValueError(f"positions must be in [0, {n}) for sequence {seq_id!r}, got {p}")
-            out.append(table[p // bs] * bs + p % bs)
-        return out
+        table, n = self._table(seq_id), self._num_slots[seq_id]
+        bad = next((p for p in positions if not 0 <= p < n), None)
+        if bad is not None:
+            raise ValueError(f"positions must be in [0, {n}) for sequence {seq_id!r}, got {bad}")
+        return slot_mapping_of(table, positions, self.block_size)
 
     def _table(self, seq_id: SeqId) -> list[int]:
         try:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from ..kv import blocks_needed
+from .block_manager import slot_mapping_of
 from ..quant import kv as kvq
 from ..validation import is_int
 
@@ -132,12 +133,11 @@ class PagedKVCache:
 
     # ------------------------------------------------------------------ KV of whole sequences (KV transfer)
     def _slots(self, block_table: Sequence[int], start: int, num_tokens: int) -> torch.Tensor:
-        pos = torch.arange(start, start + num_tokens)
         if num_tokens and (start < 0 or blocks_needed(start + num_tokens, self.block_size) > len(block_table)):
             raise ValueError(f"block table of {len(block_table)} blocks holds no slots for positions "
                              f"{start}..{start + num_tokens - 1}")
-        table = torch.tensor(list(block_table), dtype=torch.long)
-        return (table[pos // self.block_size] * self.block_size + pos % self.block_size).to(self.device)
+        slots = slot_mapping_of(list(block_table), range(start, start + num_tokens), self.block_size)
+        return torch.tensor(slots, dtype=torch.long, device=self.device)
 
     @torch.inference_mode()
     def read_kv(self, block_table: Sequence[int], num_tokens: int, start: int = 0) -> torch.Tensor:
