@@ -12,6 +12,7 @@ and shows the real implementation of what it teaches with ``show_source(top_p_fi
 from __future__ import annotations
 
 import inspect
+import textwrap
 from typing import Any
 
 from .i18n import set_language, tr
@@ -80,11 +81,29 @@ def setup_chapter(model: str = "tiny-gpt2", *, seed: int = 0, threads: int = DEF
     return lm
 
 
-def show_source(obj: Any):
+def show_source(obj: Any, start: str | None = None, stop: str | None = None):
     """Display the real implementation of ``obj`` (a function, class or module of the package).
 
+    ``start`` / ``stop`` show only a part: from the first line that contains ``start`` to the
+    first line after it that contains ``stop`` (both included), dedented — the lines a chapter
+    talks about, still read from the code that runs.
+
     Returns an ``IPython.display.Code`` object, which Jupyter renders with syntax colours.
+
+    Raises:
+        ValueError: ``start`` or ``stop`` is in no line of the source.
     """
     from IPython.display import Code
 
-    return Code(inspect.getsource(obj), language="python")
+    source = inspect.getsource(obj)
+    if start is not None or stop is not None:
+        lines = source.splitlines(keepends=True)
+        first = 0 if start is None else next((i for i, line in enumerate(lines) if start in line), None)
+        if first is None:
+            raise ValueError(f"start={start!r} is in no line of {getattr(obj, '__qualname__', obj)!r}")
+        last = len(lines) - 1 if stop is None else next(
+            (i for i in range(first, len(lines)) if stop in lines[i]), None)
+        if last is None:
+            raise ValueError(f"stop={stop!r} is in no line of {getattr(obj, '__qualname__', obj)!r} after start")
+        source = textwrap.dedent("".join(lines[first:last + 1]))
+    return Code(source, language="python")

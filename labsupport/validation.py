@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -155,3 +156,19 @@ def check_token_ids(name: str, ids: Any, vocab_size: int, *, allow_empty: bool =
     if wrong:
         raise ValueError(f"{name} must be token ids in [0, {vocab_size}), got {wrong[:5]}")
     return out
+
+
+def renamed(new_name: str, new_value: Any, old_name: str, old_value: Any) -> Any:
+    """The value of an argument that was renamed: ``new_value``, or — when a caller still passes
+    the old name — ``old_value`` with a ``DeprecationWarning`` that names the new one.
+
+    Raises:
+        ValueError: both names given.
+    """
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise ValueError(f"give {new_name} or its old name {old_name}, not both "
+                         f"(got {new_name}={new_value!r} and {old_name}={old_value!r})")
+    warnings.warn(f"{old_name} is deprecated: use {new_name}", DeprecationWarning, stacklevel=3)
+    return old_value

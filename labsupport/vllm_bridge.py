@@ -194,7 +194,7 @@ def drive(engine, requests: Sequence[dict], max_in_flight: int | None = None) ->
     while pending or live:
         while pending and len(live) < window:
             i = pending.pop(0)
-            rid = engine.add_request(requests[i]["prompt_token_ids"], params, max_new_tokens=requests[i]["max_tokens"])
+            rid = engine.add_request(requests[i]["prompt_token_ids"], params, max_tokens=requests[i]["max_tokens"])
             live[rid] = i
         step_out = engine.step()
         steps += 1

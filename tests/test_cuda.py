@@ -189,8 +189,8 @@ def test_seeded_sampling_on_cuda_matches_generate(gpu_lm):
     params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
     ref = generate(gpu_lm, p, params, max_new_tokens=12, record=False).token_ids
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=32)
-    rid = engine.add_request(p, params, max_new_tokens=12)
-    engine.add_request(other, SamplingParams(temperature=1.0, seed=5), max_new_tokens=12)
+    rid = engine.add_request(p, params, max_tokens=12)
+    engine.add_request(other, SamplingParams(temperature=1.0, seed=5), max_tokens=12)
     engine.run()
     assert engine.output(rid).token_ids == ref
     assert generate(gpu_lm, p, params, max_new_tokens=12, record=False).token_ids == ref   # seeded: repeatable

@@ -29,9 +29,9 @@ def test_promotion_survives_its_own_block_demoting_the_entry(shipped, disk_capac
     eng = LLMEngine(shipped, block_size=4, num_blocks=4, enable_prefix_caching=True)
     tiers = TieredKVCache(eng, cpu_capacity=1, disk_capacity=disk_capacity)
     a = list(range(10, 15))
-    eng.add_request(a, GREEDY, max_new_tokens=1)
+    eng.add_request(a, GREEDY, max_tokens=1)
     eng.run()
-    eng.add_request(list(range(100, 116)), GREEDY, max_new_tokens=1)
+    eng.add_request(list(range(100, 116)), GREEDY, max_tokens=1)
     eng.run()
     counts = tiers.promote(a)
     assert counts["cpu"] + counts["disk"] == 1 and counts["miss"] == 0

@@ -185,7 +185,7 @@ def test_preemption_keeps_every_output(tiny_lm, mode):
 def test_request_that_never_fits_errors_at_once_and_others_go_on(tiny_lm):
     prompts = random_prompts(tiny_lm, [5, 40, 6], seed=41)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8)           # 32 slots
-    ids = [engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=6) for p in prompts]
+    ids = [engine.add_request(p, GREEDY_NO_EOS, max_tokens=6) for p in prompts]
     first = {o.request_id: o for o in engine.step()}
     assert first[ids[1]].finished and first[ids[1]].finish_reason == "error"
     assert "blocks" in first[ids[1]].error and first[ids[1]].token_ids == []
@@ -193,14 +193,14 @@ def test_request_that_never_fits_errors_at_once_and_others_go_on(tiny_lm):
     for i in (0, 2):
         assert outs[ids[i]].token_ids == solo(tiny_lm, prompts[i], 6)
     wide = LLMEngine(tiny_lm, block_size=4, num_blocks=32)            # 128 slots, n_positions = 64
-    full = wide.add_request([1] * 64, GREEDY, max_new_tokens=1)       # the prompt alone fills the window
+    full = wide.add_request([1] * 64, GREEDY, max_tokens=1)       # the prompt alone fills the window
     assert wide.output(full).finish_reason == "error" and "context window" in wide.output(full).error
-    near = wide.add_request([1] * 60, GREEDY_NO_EOS, max_new_tokens=10)   # fits: runs until the window is full
+    near = wide.add_request([1] * 60, GREEDY_NO_EOS, max_tokens=10)   # fits: runs until the window is full
     done = {o.request_id: o for o in wide.run()}
     assert done[near].finish_reason == "length" and len(done[near].token_ids) == 4
     assert done[near].token_ids == solo(tiny_lm, [1] * 60, 4)
     engine2 = LLMEngine(tiny_lm, block_size=4, num_blocks=64, max_num_batched_tokens=16)
-    rid = engine2.add_request([1] * 20, GREEDY, max_new_tokens=2)
+    rid = engine2.add_request([1] * 20, GREEDY, max_tokens=2)
     assert engine2.run()[0].finish_reason == "error" and rid == "0"
 
 
@@ -210,8 +210,8 @@ def test_bad_input_raises_value_error(tiny_lm):
         engine.add_request([])
     with pytest.raises(ValueError, match="token ids"):
         engine.add_request([10 ** 6])
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        engine.add_request([1], max_new_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1"):
+        engine.add_request([1], max_tokens=0)
     engine.add_request([1], request_id="x")
     with pytest.raises(ValueError, match="already"):
         engine.add_request([1], request_id="x")
@@ -227,8 +227,8 @@ def test_seeded_sampling_matches_generate_and_ignores_batch_mates(tiny_lm):
     params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
     ref = generate(tiny_lm, p, params, max_new_tokens=12, record=False).token_ids
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
-    rid = engine.add_request(p, params, max_new_tokens=12)
-    engine.add_request(other, SamplingParams(temperature=1.0, seed=5), max_new_tokens=12)
+    rid = engine.add_request(p, params, max_tokens=12)
+    engine.add_request(other, SamplingParams(temperature=1.0, seed=5), max_tokens=12)
     engine.run()
     assert engine.output(rid).token_ids == ref
 
@@ -265,8 +265,8 @@ def test_metrics_with_a_virtual_clock(tiny_lm):
     ticks = iter(range(1000))
     engine = LLMEngine(tiny_lm, EngineConfig(block_size=4, num_blocks=32, clock=lambda: float(next(ticks))))
     a, b = random_prompts(tiny_lm, [4, 4], seed=81)
-    engine.add_request(a, GREEDY_NO_EOS, max_new_tokens=3)             # arrives at t=0
-    engine.add_request(b, GREEDY_NO_EOS, max_new_tokens=5)             # t=1
+    engine.add_request(a, GREEDY_NO_EOS, max_tokens=3)             # arrives at t=0
+    engine.add_request(b, GREEDY_NO_EOS, max_tokens=5)             # t=1
     outs = engine.run()                                                # steps stamp t=2,3,4,5,6
     m0, m1 = outs[0].metrics, outs[1].metrics
     assert m0.token_times == [2.0, 3.0, 4.0] and m1.token_times == [2.0, 3.0, 4.0, 5.0, 6.0]
@@ -321,7 +321,7 @@ def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode
             _, (_, plen, olen, share) = pending.pop(0)
             tail = torch.randint(0, vocab, (plen,), generator=g).tolist()
             prompt = (shared[:4 * share] + tail)[:max(plen, 4 * share)]
-            rid = engine.add_request(prompt, GREEDY_NO_EOS, max_new_tokens=olen)
+            rid = engine.add_request(prompt, GREEDY_NO_EOS, max_tokens=olen)
             prompts[rid], lengths[rid] = prompt, olen
         if engine.has_unfinished_requests():
             engine.step()
@@ -363,7 +363,7 @@ def test_sequential_requests_recycle_the_pool(tiny_lm):
 def test_fork_a_decoding_request(tiny_lm):
     (p,) = random_prompts(tiny_lm, [5], seed=91)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
-    rid = engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=8)
+    rid = engine.add_request(p, GREEDY_NO_EOS, max_tokens=8)
     engine.step()
     engine.step()
     with pytest.raises(ValueError, match="n must be"):
@@ -381,7 +381,7 @@ def test_snapshot_describes_queues_and_pool(tiny_lm):
     prompts = random_prompts(tiny_lm, [6, 6, 6], seed=92)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=6, max_num_seqs=2, record_history=True)
     for p in prompts:
-        engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=6)
+        engine.add_request(p, GREEDY_NO_EOS, max_tokens=6)
     engine.run()
     first = engine.history[0]
     assert first.step == 1 and first.running == ["0", "1"] and first.waiting == ["2"]

@@ -26,7 +26,7 @@ NO_EOS = GREEDY.replace(ignore_eos=True)
 @pytest.mark.parametrize("prompt", [[1.7, 2], ["a"], [[1, 2]], None, 5, [True, 3], torch.tensor([[1, 2]])])
 def test_add_request_prompt_of_wrong_type_is_a_type_error(tiny_lm, prompt):
     with pytest.raises(TypeError, match="prompt"):
-        LLMEngine(tiny_lm, block_size=4, num_blocks=8).add_request(prompt, NO_EOS, max_new_tokens=2)
+        LLMEngine(tiny_lm, block_size=4, num_blocks=8).add_request(prompt, NO_EOS, max_tokens=2)
 
 
 # ============================================================================ engine: settings and ids
@@ -51,9 +51,9 @@ def test_engine_settings_of_wrong_type(tiny_lm, setting, value):
 
 def test_auto_request_ids_skip_ids_the_user_took(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=16)
-    assert engine.add_request([1, 2], NO_EOS, max_new_tokens=2, request_id="1") == "1"
-    assert engine.add_request([1, 2], NO_EOS, max_new_tokens=2) == "0"
-    assert engine.add_request([1, 2], NO_EOS, max_new_tokens=2) == "2"   # was "already in use"
+    assert engine.add_request([1, 2], NO_EOS, max_tokens=2, request_id="1") == "1"
+    assert engine.add_request([1, 2], NO_EOS, max_tokens=2) == "0"
+    assert engine.add_request([1, 2], NO_EOS, max_tokens=2) == "2"   # was "already in use"
     with pytest.raises(ValueError, match="already in use"):
         engine.add_request([1], NO_EOS, request_id="2")
     engine.run()
@@ -66,7 +66,7 @@ def test_fork_children_never_clobber_a_user_request(tiny_lm, finish_first):
     "0.2" (a ValueError in the middle of step, or the finished user request overwritten)."""
     a, b = prompts_for(tiny_lm, [3, 4], seed=5)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
-    engine.add_request(a, NO_EOS, max_new_tokens=2, request_id="0.2")
+    engine.add_request(a, NO_EOS, max_tokens=2, request_id="0.2")
     if finish_first:
         engine.run()
     outs = engine.generate([b], NO_EOS.replace(n=3), max_new_tokens=3)
@@ -83,7 +83,7 @@ def test_add_request_bad_arrival_time(tiny_lm):
         engine.add_request([1], NO_EOS, arrival_time=11.0)          # in the future: negative queue time
     with pytest.raises(ValueError, match="arrival_time"):
         engine.add_request([1], NO_EOS, arrival_time="now")
-    rid = engine.add_request([1], NO_EOS, max_new_tokens=1, arrival_time=4.0)
+    rid = engine.add_request([1], NO_EOS, max_tokens=1, arrival_time=4.0)
     engine.run()
     assert engine.output(rid).metrics.ttft == 6.0
 
@@ -119,17 +119,17 @@ def test_step_with_nothing_queued(tiny_lm):
 
 def test_one_block_pool_and_a_prompt_exactly_filling_the_pool(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=1)
-    ok = engine.add_request([1, 2, 3], NO_EOS, max_new_tokens=2)     # 4 slots: exactly one block
-    bad = engine.add_request([1, 2, 3], NO_EOS, max_new_tokens=3)    # 5 slots
+    ok = engine.add_request([1, 2, 3], NO_EOS, max_tokens=2)     # 4 slots: exactly one block
+    bad = engine.add_request([1, 2, 3], NO_EOS, max_tokens=3)    # 5 slots
     engine.run()
     assert engine.output(ok).token_ids == generate(tiny_lm, [1, 2, 3], NO_EOS, max_new_tokens=2).token_ids
     assert engine.output(bad).finish_reason == "error" and engine.output(bad).token_ids == []
     pool_is_whole(engine)
     (p8, p7) = prompts_for(tiny_lm, [8, 7], seed=9)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=2)
-    ids = [engine.add_request(p8, NO_EOS, max_new_tokens=1),        # prompt = the whole pool
-           engine.add_request(p7, NO_EOS, max_new_tokens=2),
-           engine.add_request(p8, NO_EOS, max_new_tokens=2)]         # one slot too many
+    ids = [engine.add_request(p8, NO_EOS, max_tokens=1),        # prompt = the whole pool
+           engine.add_request(p7, NO_EOS, max_tokens=2),
+           engine.add_request(p8, NO_EOS, max_tokens=2)]         # one slot too many
     engine.run()
     assert engine.output(ids[0]).token_ids == generate(tiny_lm, p8, NO_EOS, max_new_tokens=1).token_ids
     assert engine.output(ids[1]).token_ids == generate(tiny_lm, p7, NO_EOS, max_new_tokens=2).token_ids
@@ -142,7 +142,7 @@ def test_requests_added_while_running_and_never_fitting_ones_mixed_in(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=7, max_num_seqs=2)   # 28 slots
     ids = []
     for p in prompts:
-        ids.append(engine.add_request(p, NO_EOS, max_new_tokens=6))
+        ids.append(engine.add_request(p, NO_EOS, max_tokens=6))
         engine.step()
     engine.run()
     for rid, p in zip(ids, prompts):
@@ -162,8 +162,8 @@ def test_swapping_out_two_forks_that_share_a_block(tiny_lm, params):
     later swapped in a CPU block that was never written (zeros, or stale KV)."""
     a, b = prompts_for(tiny_lm, [3, 5], seed=26)
     engine = LLMEngine(tiny_lm, block_size=8, num_blocks=2, preemption_mode="swap", num_cpu_blocks=8)
-    engine.add_request(a, NO_EOS, max_new_tokens=4)
-    engine.add_request(b, params.replace(n=3), max_new_tokens=8, request_id="b")
+    engine.add_request(a, NO_EOS, max_tokens=4)
+    engine.add_request(b, params.replace(n=3), max_tokens=8, request_id="b")
     engine.step()                                                   # both prefills; b forks into b, b.1, b.2
     engine.step()                                                   # b's copy-on-write preempts b.2 and b.1
     bm, runner = engine.block_manager, engine.runner
@@ -257,7 +257,7 @@ def test_seeded_engine_outputs_reproducible_and_equal_to_generate(tiny_lm):
                      {"num_blocks": 64, "enable_chunked_prefill": True, "max_prefill_chunk": 2,
                       "max_num_batched_tokens": 4, "max_num_seqs": 4}):
         engine = LLMEngine(tiny_lm, block_size=4, **settings)
-        ids = [engine.add_request(p, sp, max_new_tokens=10) for p, sp in zip(prompts, params)]
+        ids = [engine.add_request(p, sp, max_tokens=10) for p, sp in zip(prompts, params)]
         engine.run()
         assert [engine.output(r).token_ids for r in ids] == refs, settings
         pool_is_whole(engine)
@@ -291,7 +291,7 @@ def test_random_streams_with_forks_sampling_swap_and_chunks(tiny_lm, seed):
     while pending or engine.has_unfinished_requests():
         while pending and pending[0][0] <= step:
             _, p, sp, m = pending.pop(0)
-            added[engine.add_request(p, sp, max_new_tokens=m)] = (p, sp, m)
+            added[engine.add_request(p, sp, max_tokens=m)] = (p, sp, m)
         engine.step()
         engine.block_manager.audit()
         step += 1

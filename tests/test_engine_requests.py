@@ -26,7 +26,7 @@ def test_abort_in_every_state_frees_blocks_and_leaves_others_unchanged(tiny_lm):
     prompts = _prompts(tiny_lm, [6, 30, 5, 7], seed=3)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=14, max_num_seqs=3, enable_chunked_prefill=True,
                        max_prefill_chunk=8, preemption_mode="swap", num_cpu_blocks=16)
-    ids = [engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=10) for p in prompts]
+    ids = [engine.add_request(p, GREEDY_NO_EOS, max_tokens=10) for p in prompts]
     engine.step()
     assert engine.requests[ids[1]].seq.num_computed_tokens < 30          # mid chunked prefill
     assert engine.requests[ids[3]].seq.status == "waiting"
@@ -54,7 +54,7 @@ def test_random_aborts_keep_survivors_identical_and_pool_whole(tiny_lm):
                            enable_chunked_prefill=rng.random() < 0.5, max_prefill_chunk=6,
                            enable_prefix_caching=rng.random() < 0.5,
                            preemption_mode=rng.choice(["recompute", "swap"]), num_cpu_blocks=32)
-        ids = [engine.add_request(p, GREEDY_NO_EOS, max_new_tokens=rng.randint(1, 12)) for p in prompts]
+        ids = [engine.add_request(p, GREEDY_NO_EOS, max_tokens=rng.randint(1, 12)) for p in prompts]
         doomed = set(rng.sample(ids, 2))
         done = {}
         while engine.has_unfinished_requests():
@@ -136,3 +136,27 @@ def test_runner_checks_block_ids_before_touching_the_cache(tiny_lm):
         runner.swap_out({0: 3})                                       # no CPU swap space at all
     with pytest.raises(ValueError, match="mapping"):
         runner.swap_in({0: 1})
+
+
+def test_add_request_takes_max_tokens_and_keeps_the_old_name_with_a_warning(tiny_lm):
+    """vLLM's and SamplingParams' word is max_tokens; max_new_tokens still works, with a DeprecationWarning."""
+    import warnings
+
+    from labsupport.engine import LLMEngine
+    from labsupport.sampling import SamplingParams
+
+    greedy = SamplingParams(temperature=0, ignore_eos=True)
+    new = LLMEngine(tiny_lm, block_size=4, num_blocks=16)
+    new.add_request([1, 2, 3], greedy, max_tokens=5, request_id="a")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = LLMEngine(tiny_lm, block_size=4, num_blocks=16)
+        old.add_request([1, 2, 3], greedy, max_new_tokens=5, request_id="a")
+    assert [str(w.message) for w in caught if w.category is DeprecationWarning] == \
+        ["max_new_tokens is deprecated: use max_tokens"]
+    outs = [{o.request_id: o for o in engine.run()}["a"].token_ids for engine in (new, old)]
+    assert outs[0] == outs[1] and len(outs[0]) == 5
+    with pytest.raises(ValueError, match="give max_tokens or its old name max_new_tokens, not both"):
+        new.add_request([1], greedy, max_tokens=2, max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1, got 0"):
+        new.add_request([1], greedy, max_tokens=0)

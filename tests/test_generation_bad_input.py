@@ -60,8 +60,8 @@ def test_lengths_up_to_exactly_n_positions(tiny_lm):
     with pytest.raises(ValueError, match="n_positions"):
         next_token_logits(tiny_lm, [7] * 65)                       # was an IndexError
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=40)
-    fits = engine.add_request([7] * 60, NO_EOS, max_new_tokens=4)
-    past = engine.add_request([7] * 60, NO_EOS, max_new_tokens=5)     # runs until the window is full
+    fits = engine.add_request([7] * 60, NO_EOS, max_tokens=4)
+    past = engine.add_request([7] * 60, NO_EOS, max_tokens=5)     # runs until the window is full
     engine.run()
     assert engine.output(fits).token_ids == generate(tiny_lm, [7] * 60, NO_EOS, max_new_tokens=4).token_ids
     assert engine.output(past).finish_reason == "length" and engine.output(past).token_ids == engine.output(fits).token_ids

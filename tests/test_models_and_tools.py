@@ -83,3 +83,23 @@ def test_check_command_runs():
 def test_pick_device_bad_name_is_a_value_error(device):
     with pytest.raises(ValueError, match="device"):
         pick_device(device)
+
+
+def test_show_source_shows_the_running_code_or_a_named_part_of_it():
+    """Chapters show real code; ``start``/``stop`` cut out the lines a chapter talks about (chapter 07 shows the
+    layer loop whose ``self.layers[:num_layers]`` slice is the self-speculative early exit)."""
+    import inspect
+
+    from labsupport.engine import ModelRunner
+    from labsupport.lab import show_source
+
+    whole = show_source(ModelRunner._blocks).data
+    assert whole == inspect.getsource(ModelRunner._blocks)
+    part = show_source(ModelRunner._blocks, start="for i, layer in enumerate(self.layers[:num_layers])",
+                       stop="return x").data
+    assert part.startswith("for i, layer in enumerate(self.layers[:num_layers]):") and part.rstrip().endswith("return x")
+    assert part in whole.replace("\n        ", "\n") and "def _blocks" not in part     # dedented, the def left out
+    with pytest.raises(ValueError, match="start='no such line'"):
+        show_source(ModelRunner._blocks, start="no such line")
+    with pytest.raises(ValueError, match="stop="):
+        show_source(ModelRunner._blocks, start="return x", stop="for i, layer")        # stop must come after start

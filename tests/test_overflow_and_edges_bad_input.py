@@ -155,7 +155,7 @@ def test_numpy_integers_are_accepted_by_kv_bytes_fork_and_gamma(lm):
     shape = preset("Llama 3 8B")
     assert kv_bytes(shape, np.int64(128), np.int32(2)) == kv_bytes(shape, 128, 2)
     engine = LLMEngine(lm, block_size=4, num_blocks=32)
-    rid = engine.add_request([5, 6, 7], SamplingParams(temperature=0.0, ignore_eos=True), max_new_tokens=4)
+    rid = engine.add_request([5, 6, 7], SamplingParams(temperature=0.0, ignore_eos=True), max_tokens=4)
     engine.step()
     assert len(engine.fork(rid, np.int64(2))) == 2
     assert NgramProposer(np.int64(2)).num_speculative_tokens == 2

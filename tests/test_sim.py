@@ -276,7 +276,7 @@ def test_engine_steps_equal_the_slot_simulator(tiny_lm, policy):
     groups = [range(k, min(k + 4, len(lens))) for k in range(0, len(lens), 4)] if policy == "static" else [range(len(lens))]
     for group in groups:
         for i in group:
-            eng.add_request([5, 6, 7], fixed, max_new_tokens=lens[i], request_id=str(i))
+            eng.add_request([5, 6, 7], fixed, max_tokens=lens[i], request_id=str(i))
         eng.run()
     sim = sb.simulate_batching(lens, 4, policy)
     assert eng.step_count == sim.num_steps

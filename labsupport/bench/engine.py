@@ -144,7 +144,7 @@ def hf_continuous(model, prompts: list[list[int]], max_news: list[int], pad_id: 
     with model.continuous_batching_context_manager(generation_config=config, continuous_batching_config=cb,
                                                    block=True, timeout=10) as manager:
         start = time.perf_counter()
-        ids = [manager.add_request(p, max_new_tokens=n, eos_token_id=-1) for p, n in zip(prompts, max_news)]
+        ids = [manager.add_request(p, max_tokens=n, eos_token_id=-1) for p, n in zip(prompts, max_news)]
         results = {}
         while len(results) < len(ids):
             r = manager.get_result(timeout=5)
@@ -174,7 +174,7 @@ def kv_slot_use(lm, prompts: list[list[int]], max_news: list[int], block_size: i
 
     engine = LLMEngine(lm, block_size=block_size, num_blocks=num_blocks, max_num_seqs=max_running)
     for p, n in zip(prompts, max_news):
-        engine.add_request(p, GREEDY.replace(ignore_eos=True), max_new_tokens=n)
+        engine.add_request(p, GREEDY.replace(ignore_eos=True), max_tokens=n)
     bm = engine.block_manager
     tokens = paged = contiguous = 0
     lengths: list[int] = []                                  # every running request's tokens, every step
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ours_continuous():
         for p, m in zip(queue, max_news):
-            cb_engine.add_request(p, params, max_new_tokens=m)
+            cb_engine.add_request(p, params, max_tokens=m)
         return [o.token_ids for o in cb_engine.run()]
 
     def hf_static():

@@ -26,7 +26,7 @@ import torch
 
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import StopRule, context_room, model_eos_ids
-from ..validation import check_int, check_token_ids, check_type, is_int, is_real
+from ..validation import check_int, check_token_ids, check_type, is_int, is_real, renamed
 from .block_manager import BlockManager, NoFreeBlocksError
 from .config import EngineConfig, make_config
 from .metrics import RequestMetrics
@@ -96,24 +96,26 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ requests
     def add_request(self, prompt: str | Sequence[int], params: SamplingParams = GREEDY,
-                    max_new_tokens: int | None = None, request_id: str | None = None,
-                    arrival_time: float | None = None) -> str:
+                    max_tokens: int | None = None, request_id: str | None = None,
+                    arrival_time: float | None = None, *, max_new_tokens: int | None = None) -> str:
         """Queue a request; returns its id.
 
         Args:
             prompt: text, or token ids.
-            params: sampling settings (``params.max_tokens`` unless ``max_new_tokens`` is given;
+            params: sampling settings (``params.max_tokens`` unless ``max_tokens`` is given;
                 ``params.n > 1`` forks n samples sharing the prompt's blocks).
-            max_new_tokens: most new tokens (overrides ``params.max_tokens``); cut to the
-                context window (``n_positions`` − prompt length).
+            max_tokens: most new tokens (overrides ``params.max_tokens``; vLLM's and
+                ``SamplingParams``' name); cut to the context window (``n_positions`` − prompt length).
             request_id: default ``"0"``, ``"1"``, … in add order (skipping ids already taken).
             arrival_time: on the engine's clock, not later than now (the engine admits a request
                 at once; it cannot hold one back until a future arrival); default now.
+            max_new_tokens: the old name of ``max_tokens``, kept working with a ``DeprecationWarning``.
 
         Raises:
             TypeError: ``params`` not a SamplingParams, a prompt that is neither text nor ids.
             ValueError: empty prompt, ids outside the vocabulary, a text prompt without a
-                tokenizer, ``max_new_tokens < 1``, a duplicate id, an arrival time in the future.
+                tokenizer, ``max_tokens < 1``, both ``max_tokens`` and ``max_new_tokens``, a duplicate
+                id, an arrival time in the future.
                 A request that is valid but can never fit is *not* an exception: it finishes
                 with ``"error"``.
         """
@@ -126,7 +128,8 @@ class LLMEngine:
         else:
             ids = check_token_ids("prompt", prompt, self.runner.vocab_size)
             text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
-        requested = params.max_tokens if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
+        max_tokens = renamed("max_tokens", max_tokens, "max_new_tokens", max_new_tokens)
+        requested = params.max_tokens if max_tokens is None else check_int("max_tokens", max_tokens, 1)
         if request_id is None:
             request_id = str(next(self._ids))
             while request_id in self.requests:                    # the user took this one

@@ -38,7 +38,7 @@ from typing_extensions import Self
 
 from .. import kv as kvm
 from ..sampling import GREEDY, SamplingParams
-from ..validation import check_choice, check_int, check_real, check_type
+from ..validation import check_choice, check_int, check_real, check_type, renamed
 
 __all__ = ["STORAGE_TIERS", "TIERS", "StorageTier", "TieredKVCache", "kv_digest", "run_chat", "tier_economics"]
 
@@ -305,13 +305,15 @@ class TieredKVCache:
         self._dropped_keys.add(key)                            # accounted for (audit): gone, never served
         return None
 
-    def add_request(self, prompt: list[int], params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
-                    request_id: str | None = None) -> str:
+    def add_request(self, prompt: list[int], params: SamplingParams = GREEDY, max_tokens: int | None = None,
+                    request_id: str | None = None, *, max_new_tokens: int | None = None) -> str:
         """Promote the prompt's lower-tier blocks, then ``engine.add_request`` (the promotion
-        time counts in the request's TTFT: its arrival is taken before)."""
+        time counts in the request's TTFT: its arrival is taken before). ``max_new_tokens`` is
+        ``max_tokens``' old name (a ``DeprecationWarning``)."""
+        max_tokens = renamed("max_tokens", max_tokens, "max_new_tokens", max_new_tokens)
         arrival = self.engine.config.clock()
         counts = self.promote(list(prompt))
-        rid = self.engine.add_request(prompt, params, max_new_tokens, request_id, arrival_time=arrival)
+        rid = self.engine.add_request(prompt, params, max_tokens, request_id, arrival_time=arrival)
         self.records.append({"request_id": rid, **counts})
         return rid
 

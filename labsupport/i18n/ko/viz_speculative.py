@@ -27,7 +27,7 @@ MESSAGES = {
     "{name}: measured": "{name}: 측정",
     "{name}: formula with v=1": "{name}: v=1인 공식",
     "{name}: predicted (measured c, v, prefill)": "{name}: 예측 (측정한 c, v, 프리필)",
-    "× plain target decoding (wall clock)": "× 타깃 모델 일반 디코딩 (벽시계 시간)",
+    "× plain target decoding (wall clock)": "× 타깃 모델 일반 디코딩 (실제 경과 시간)",
     "Verification cost v(γ): a target forward over γ+1 tokens": "검증 비용 v(γ): 토큰 γ+1개에 대한 타깃 순전파 한 번",
     "measured v(γ)": "측정한 v(γ)",
     "v = 1 (bandwidth-bound GPU)": "v = 1 (대역폭 한계 GPU)",

@@ -12,7 +12,7 @@ MESSAGES = {
     "{method} · {prompt} · batch {batch}": "{method} · {prompt} · 배치 {batch}",
     "methods (orange: batch 1, blue: batch 8)": "방법 (주황: 배치 1, 파랑: 배치 8)",
     "predicted = (p + n) / (p + n / dec), dec = tokens per round / (c + v)": "예측 = (p + n) / (p + n / dec), dec = 라운드당 토큰 / (c + v)",
-    "measured wall-clock speed-up": "측정한 벽시계 속도 향상",
+    "measured wall-clock speed-up": "측정한 실제 속도 향상",
     "Speed-up against batch size": "배치 크기에 따른 속도 향상",
     "speed-up": "속도 향상",
     "plain decoding (1×)": "일반 디코딩 (1×)",
