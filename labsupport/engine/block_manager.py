@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from ..kv import blocks_needed
 from ..validation import check_bool, check_int, check_token_ids
 from .block_pool import Block, BlockPool, NoFreeBlocksError, block_hash
-from .swap_space import SwapSpace
+from .swap_space import BlockSwapping, SwapSpace
 
 __all__ = ["Block", "BlockManager", "BlockPool", "NoFreeBlocksError", "block_hash", "slot_mapping_of"]
 
@@ -43,7 +43,7 @@ def slot_mapping_of(block_table: Sequence[int], positions: Iterable[int], block_
     return [block_table[p // block_size] * block_size + p % block_size for p in positions]
 
 
-class BlockManager:
+class BlockManager(BlockSwapping):
     """A pool of KV blocks with per-sequence block tables, ref counts, copy-on-write,
     prefix caching (LRU eviction) and swap space.
 
@@ -364,65 +364,6 @@ class BlockManager:
             for block_id in reversed(table):
                 self.pool.release(block_id)
         del self._tables[seq_id], self._num_slots[seq_id], self._chain[seq_id]
-
-    # ------------------------------------------------------------------ swap (preemption by swap)
-    def can_swap_out(self, seq_id: SeqId) -> bool:
-        return len(self._table(seq_id)) <= self.swap_space.num_free_blocks
-
-    def swap_out(self, seq_id: SeqId) -> dict[int, int]:
-        """Move a sequence's blocks to CPU swap space.
-
-        Returns:
-            ``{gpu_block: cpu_block}``: the runner copies each GPU block to its CPU block
-            *before* the freed GPU blocks are written again.
-
-        Raises:
-            ValueError: unknown or already swapped sequence.
-            NoFreeBlocksError: not enough CPU blocks (check :meth:`can_swap_out`).
-        """
-        if seq_id in self._swapped:
-            raise ValueError(f"sequence {seq_id!r} is already swapped out")
-        table = self._table(seq_id)
-        if not self.can_swap_out(seq_id):
-            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {len(table)} CPU blocks, "
-                                    f"{self.swap_space.num_free_blocks} free")
-        mapping = {}
-        for i, block_id in enumerate(table):
-            mapping[block_id] = table[i] = self.swap_space.take(self.blocks[block_id].token_ids)
-        for block_id in reversed(list(mapping)):
-            self.pool.release(block_id)
-        self._swapped.add(seq_id)
-        return mapping
-
-    def can_swap_in(self, seq_id: SeqId) -> bool:
-        return len(self._table(seq_id)) <= self.num_available_blocks
-
-    def swap_in(self, seq_id: SeqId) -> dict[int, int]:
-        """Bring a swapped-out sequence back into the GPU pool (into fresh blocks).
-
-        Returns:
-            ``{cpu_block: gpu_block}`` for the runner to copy.
-
-        Raises:
-            ValueError: the sequence is not swapped out.
-            NoFreeBlocksError: not enough GPU blocks (check :meth:`can_swap_in`).
-        """
-        if seq_id not in self._swapped:
-            raise ValueError(f"sequence {seq_id!r} is not swapped out")
-        table = self._table(seq_id)
-        if not self.can_swap_in(seq_id):
-            raise NoFreeBlocksError(f"sequence {seq_id!r} needs {len(table)} blocks, "
-                                    f"{self.num_available_blocks} available")
-        mapping = {}
-        for i, cpu_id in enumerate(table):
-            block = self.pool.take()
-            block.token_ids = list(self.swap_space.release(cpu_id))
-            mapping[cpu_id] = block.block_id
-            table[i] = block.block_id
-        self._swapped.discard(seq_id)
-        self._chain[seq_id] = []                                # re-registered by mark_computed
-        self.mark_computed(seq_id, self._num_slots[seq_id])
-        return mapping
 
     # ------------------------------------------------------------------ checks
     def audit(self) -> None:
