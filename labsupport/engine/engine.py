@@ -14,22 +14,25 @@ finishes at once with ``finish_reason="error"`` (the others go on); a prompt tha
 until ``max_tokens`` or the window is full, then finishes with ``"length"`` (vLLM's rule).
 A request that could never fit the pool or, without chunked prefill, a step's token budget
 also finishes with ``"error"``.
+
+Requests come in and go out through the methods of :class:`~labsupport.engine.intake.RequestIntake`
+(``add_request``, ``add_prefilled_request``, ``abort_request``, ``fork``), mixed into ``LLMEngine``;
+this module is the step loop.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 
 from ..sampling import GREEDY, SamplingParams
-from ..stopping import StopRule, context_room, model_eos_ids
-from ..validation import check_int, check_token_ids, check_type, is_int, is_real, renamed
-from .block_manager import BlockManager, NoFreeBlocksError
+from ..stopping import model_eos_ids
+from ..validation import is_int
+from .block_manager import BlockManager
 from .config import EngineConfig, make_config
-from .metrics import RequestMetrics
+from .intake import RequestIntake
 from .model_runner import ModelRunner
 from .outputs import EngineSnapshot, RequestOutput
 from .request import Request
@@ -41,7 +44,7 @@ from .sequence import SequenceStatus
 __all__ = ["EngineConfig", "EngineSnapshot", "LLMEngine", "RequestOutput"]
 
 
-class LLMEngine:
+class LLMEngine(RequestIntake):
     """A paged-KV inference engine for GPT-2-family models with continuous batching.
 
     Args:
@@ -93,244 +96,6 @@ class LLMEngine:
         """The tokenizer's EOS id (one of :attr:`eos_token_ids`), or ``None``."""
         tok = getattr(self.tokenizer, "eos_token_id", None)
         return int(tok) if tok is not None else min(self.eos_token_ids, default=None)
-
-    # ------------------------------------------------------------------ requests
-    def add_request(self, prompt: str | Sequence[int], params: SamplingParams = GREEDY,
-                    max_tokens: int | None = None, request_id: str | None = None,
-                    arrival_time: float | None = None, *, max_new_tokens: int | None = None) -> str:
-        """Queue a request; returns its id.
-
-        Args:
-            prompt: text, or token ids.
-            params: sampling settings (``params.max_tokens`` unless ``max_tokens`` is given;
-                ``params.n > 1`` forks n samples sharing the prompt's blocks).
-            max_tokens: most new tokens (overrides ``params.max_tokens``; vLLM's and
-                ``SamplingParams``' name); cut to the context window (``n_positions`` − prompt length).
-            request_id: default ``"0"``, ``"1"``, … in add order (skipping ids already taken).
-            arrival_time: on the engine's clock, not later than now (the engine admits a request
-                at once; it cannot hold one back until a future arrival); default now.
-            max_new_tokens: the old name of ``max_tokens``, kept working with a ``DeprecationWarning``.
-
-        Raises:
-            TypeError: ``params`` not a SamplingParams, a prompt that is neither text nor ids.
-            ValueError: empty prompt, ids outside the vocabulary, a text prompt without a
-                tokenizer, ``max_tokens < 1``, both ``max_tokens`` and ``max_new_tokens``, a duplicate
-                id, an arrival time in the future.
-                A request that is valid but can never fit is *not* an exception: it finishes
-                with ``"error"``.
-        """
-        check_type("params", params, SamplingParams)
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("prompt must be token ids when the engine has no tokenizer")
-            ids, text = self.lm.encode(prompt), prompt
-            check_token_ids("prompt", ids, self.runner.vocab_size)
-        else:
-            ids = check_token_ids("prompt", prompt, self.runner.vocab_size)
-            text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
-        max_tokens = renamed("max_tokens", max_tokens, "max_new_tokens", max_new_tokens)
-        requested = params.max_tokens if max_tokens is None else check_int("max_tokens", max_tokens, 1)
-        if request_id is None:
-            request_id = str(next(self._ids))
-            while request_id in self.requests:                    # the user took this one
-                request_id = str(next(self._ids))
-        request_id = str(request_id)
-        if request_id in self.requests:
-            raise ValueError(f"request_id {request_id!r} is already in use")
-        now = self.config.clock()
-        if arrival_time is not None and not (is_real(arrival_time) and arrival_time <= now):
-            raise ValueError(f"arrival_time must be a time <= the engine clock now ({now}), got {arrival_time!r}")
-        max_new, problem = self._admission(len(ids), requested)
-        stop_rule = StopRule.from_params(params, self.eos_token_ids, max_new, self.runner.vocab_size)
-        grammar = self._grammar(params)                             # compiled (bounded) before admission
-        if grammar is not None:
-            grammar.check_budget(max_new)
-        seq = Seq(request_id, ids, max_new)
-        req = Request(seq, params, text, self._generator_for(params, 0), stop_rule,
-                      RequestMetrics(now if arrival_time is None else arrival_time), next(self._order), grammar=grammar)
-        self.requests[request_id] = req
-        if problem is not None:
-            self._fail(seq, problem, now)
-        else:
-            self.scheduler.add(seq)
-        return request_id
-
-    def _admission(self, prompt_len: int, requested: int) -> tuple[int, str | None]:
-        """``(max_new_tokens cut to the context window, why the request can never run or None)``."""
-        room = context_room(self.runner.max_positions, prompt_len)  # the context window's one rule
-        max_new = max(1, min(requested, room))
-        if room < 1:
-            return max_new, (f"prompt of {prompt_len} tokens leaves no room in the context window "
-                             f"(n_positions = {self.runner.max_positions})")
-        return max_new, self.scheduler.why_never_fits(prompt_len, max_new)
-
-    def add_prefilled_request(self, prompt_ids: Sequence[int], first_token: int, kv: torch.Tensor,
-                              params: SamplingParams = GREEDY, max_new_tokens: int | None = None,
-                              request_id: str | None = None, arrival_time: float | None = None,
-                              first_token_time: float | None = None) -> str:
-        """Admit a request another engine has prefilled (disaggregated serving, Zhong et al. 2024):
-        its prompt's K/V are written into fresh blocks, ``first_token`` is its first output token,
-        and it joins the running queue to decode. Prompt blocks this engine already caches
-        (prefix caching) are reused and not overwritten.
-
-        Args:
-            prompt_ids: the prompt's token ids.
-            first_token: the token the prefill engine sampled.
-            kv: ``(num_layers, 2, len(prompt_ids), num_heads, head_dim)`` K/V of every prompt token.
-            params, max_new_tokens, request_id, arrival_time: as :meth:`add_request`.
-            first_token_time: when the first token was made (clock of this engine); default now.
-
-        Raises:
-            TypeError / ValueError: as :meth:`add_request`; a ``kv`` that is not a finite float
-                tensor of the right shape.
-            NoFreeBlocksError: no room now (``max_num_seqs`` running or too few blocks); nothing changes.
-                A request that could never fit this engine is not an exception: it finishes with ``"error"``.
-        """
-        ids = check_token_ids("prompt_ids", prompt_ids, self.runner.vocab_size)
-        first = check_token_ids("first_token", [first_token], self.runner.vocab_size)[0]
-        r, bm = self.runner, self.block_manager
-        expected = (r.num_layers, 2, len(ids), r.num_heads, r.head_dim)
-        if not isinstance(kv, torch.Tensor):
-            raise TypeError(f"kv must be a torch.Tensor, got {type(kv).__name__}")
-        if tuple(kv.shape) != expected:
-            raise ValueError(f"kv must be a tensor of shape {expected}, got {tuple(kv.shape)}")
-        if not kv.is_floating_point():
-            raise TypeError(f"kv must hold floating-point keys and values, got dtype {kv.dtype}")
-        if not bool(torch.isfinite(kv).all()):
-            raise ValueError("kv must be finite, got NaN or inf values")
-        if r.quantized_kv:                                          # checked before anything is allocated
-            from ..quant.kv import max_value
-            top = max_value(r.kv_cache_dtype)
-            if kv.numel() and float(kv.abs().max()) > top:
-                raise ValueError(f"kv must hold values within ±{top:.3g} for kv_cache_dtype="
-                                 f"{r.kv_cache_dtype!r}, got {float(kv.abs().max()):.3g}")
-        requested = params.max_tokens if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
-        if self._admission(len(ids), requested)[1] is not None:    # can never run here: finishes with "error"
-            return self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
-        if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
-            raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
-        rid = self.add_request(ids, params, max_new_tokens, request_id, arrival_time)
-        req = self.requests[rid]
-        seq = req.seq
-        if seq.is_finished:                                       # could never fit: finished with "error"
-            return rid
-        self.scheduler.waiting.remove(seq)
-        cached = bm.allocate(rid, ids)
-        r.write_kv(bm.block_table(rid), kv[:, :, cached:], start=cached)
-        bm.mark_computed(rid, len(ids))
-        seq.num_prefix_hit_tokens, seq.num_computed_tokens = cached, len(ids)
-        seq.status = SequenceStatus.RUNNING
-        self.scheduler.running.append(seq)
-        now = self.config.clock() if first_token_time is None else first_token_time
-        req.metrics.first_scheduled_time = now
-        if self._append_and_finish([(0, req)], [first], now):
-            self._reported.append(rid)
-        return rid
-
-    def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
-        """Cancel requests in any state (waiting, running, mid chunked prefill, swapped out, a fork
-        parent or child); their blocks are freed at once (registered prefix blocks stay reusable).
-
-        Args:
-            request_id: one id or a list of ids. Ids already finished are left as they are.
-
-        Returns:
-            the final :class:`RequestOutput` of each aborted request (``finish_reason="abort"``);
-            they are not reported again by :meth:`step`.
-
-        Raises:
-            TypeError: ``request_id`` neither a str nor a list of str.
-            ValueError: an unknown id (nothing is aborted then).
-        """
-        if not isinstance(request_id, (str, list, tuple)) or (
-                not isinstance(request_id, str) and not all(isinstance(r, str) for r in request_id)):
-            raise TypeError(f"request_id must be a request id (str) or a list of them, got {request_id!r}")
-        ids = [request_id] if isinstance(request_id, str) else list(request_id)
-        unknown = [r for r in ids if r not in self.requests]
-        if unknown:
-            raise ValueError(f"request_id {unknown[0]!r} is unknown")
-        now, outs = self.config.clock(), []
-        for rid in ids:
-            req = self.requests[rid]
-            if req.seq.is_finished:
-                continue
-            self.scheduler.finish(req.seq, "abort")
-            req.metrics.finish_time = now
-            outs.append(self.output(rid))
-        return outs
-
-    def _grammar(self, params: SamplingParams):
-        """The compiled grammar of ``params.structured_output`` (cached per tokenizer and spec), or None.
-
-        Raises:
-            ValueError: structured output without a tokenizer.
-        """
-        if params.structured_output is None:
-            return None
-        if self.tokenizer is None:
-            raise ValueError("structured_output needs a tokenizer (the engine was given a bare model)")
-        from ..structured import compile_structured_output
-        return compile_structured_output(params.structured_output, self.tokenizer, vocab_size=self.runner.vocab_size,
-                                         eos_token_id=self.eos_token_id, device=self.runner.device)
-
-    def _generator_for(self, params: SamplingParams, k: int) -> torch.Generator | None:
-        if params.greedy:
-            return None
-        if params.seed is not None:
-            return torch.Generator(device=self.runner.device).manual_seed(params.seed + k)
-        return self.generator
-
-    def fork(self, request_id: str, n: int) -> list[str]:
-        """Add ``n`` copies of a running, decoding request that share its blocks (copy-on-write).
-
-        Children beyond ``max_num_seqs`` wait at the front of the waiting queue and are
-        recomputed when admitted (they never push the batch past the limit).
-        The children ``"{id}.1"``, … continue from the same tokens with their own generators
-        (child k seeded ``seed + k`` when the request has a seed). A name already taken by
-        another request is skipped (``"{id}.{k+1}"``, …); the seed still follows k.
-
-        Raises:
-            TypeError / ValueError: ``n`` not an integer ≥ 1; unknown id, or a request that is
-                not decoding right now.
-        """
-        n = check_int("n", n, 1)
-        req = self.requests.get(request_id)
-        if req is None:
-            raise ValueError(f"request_id {request_id!r} is unknown")
-        seq = req.seq
-        if seq.status != SequenceStatus.RUNNING or seq.is_prefill or not self.block_manager.has_seq(seq.seq_id):
-            raise ValueError(f"request {request_id!r} must be running and decoding to fork, it is {seq.status}")
-        return self._fork(req, n)
-
-    def _fork(self, req: Request, n: int, share_blocks: bool = True) -> list[str]:
-        """``n`` children of ``req``: sharing its blocks while the batch has room, else waiting at
-        the front of the queue (always, with ``share_blocks=False``: each is prefilled on its own)."""
-        parent, new_ids = req.seq, []
-        position = self.scheduler.running.index(parent) + 1
-        waiting_at = 0                                                # children that wait go first in line
-        for _ in range(n):
-            k = len(req.children) + 1                             # sample index: seed + k
-            suffix = k
-            while f"{parent.seq_id}.{suffix}" in self.requests:
-                suffix += 1
-            child_id = f"{parent.seq_id}.{suffix}"
-            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids))
-            if share_blocks and len(self.scheduler.running) < self.config.max_num_seqs:   # share the parent's blocks
-                child.status, child.num_computed_tokens = SequenceStatus.RUNNING, parent.num_computed_tokens
-                self.block_manager.fork(parent.seq_id, child_id)
-                self.scheduler.running.insert(position, child)
-                position += 1
-            else:                                                      # full: it waits, recomputed when admitted
-                self.scheduler.waiting.insert(waiting_at, child)
-                waiting_at += 1
-            metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
-            self.requests[child_id] = Request(child, req.params, req.prompt, self._generator_for(req.params, k),
-                                               req.stop_rule, metrics, next(self._order), forked=True,
-                                               grammar=req.grammar, grammar_at=req.grammar_at)
-            req.children.append(child_id)
-            new_ids.append(child_id)
-        req.forked = True
-        return new_ids
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._reported)

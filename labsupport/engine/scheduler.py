@@ -139,6 +139,22 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
+    def admit_prefilled(self, seq: Sequence) -> None:
+        """A waiting sequence whose prompt another engine computed (disaggregated serving) starts
+        decoding: it leaves the waiting queue for the running one (its blocks are allocated)."""
+        self.waiting.remove(seq)
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    def add_running_after(self, seq: Sequence, after: Sequence) -> None:
+        """``seq`` runs right after ``after`` (a fork's child next to its parent, whose blocks it shares)."""
+        self.running.insert(self.running.index(after) + 1, seq)
+
+    def add_waiting_at(self, seq: Sequence, index: int) -> None:
+        """``seq`` waits at ``index`` of the waiting queue (a fork's children that find the batch full go
+        first in line, in order; they are recomputed when admitted)."""
+        self.waiting.insert(index, seq)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
