@@ -26,9 +26,20 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .roofline import (A100_SXM, ACCELERATORS, H20, H100_SXM, Accelerator, decode_intensity,  # noqa: F401 (re-exported)
-                       decode_throughput, flops_per_token, prefill_time, ridge_point, step_time,
-                       throughput_ceiling)
+from .roofline import (
+    A100_SXM,
+    ACCELERATORS,
+    H20,
+    H100_SXM,
+    Accelerator,
+    decode_intensity,
+    decode_throughput,
+    flops_per_token,
+    prefill_time,
+    ridge_point,
+    step_time,
+    throughput_ceiling,
+)
 from .validation import check_choice, check_int, check_positive, check_real
 
 #: Bits per stored element for each KV-cache (or weight) precision.

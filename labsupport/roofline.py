@@ -18,8 +18,20 @@ from dataclasses import dataclass
 
 from .validation import check_int, check_positive, check_real
 
-__all__ = ["A100_SXM", "ACCELERATORS", "Accelerator", "H20", "H100_SXM", "decode_intensity", "decode_throughput",
-           "flops_per_token", "prefill_time", "ridge_point", "step_time", "throughput_ceiling"]
+__all__ = [
+    "A100_SXM",
+    "ACCELERATORS",
+    "H20",
+    "H100_SXM",
+    "Accelerator",
+    "decode_intensity",
+    "decode_throughput",
+    "flops_per_token",
+    "prefill_time",
+    "ridge_point",
+    "step_time",
+    "throughput_ceiling",
+]
 
 
 @dataclass(frozen=True)

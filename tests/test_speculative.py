@@ -559,7 +559,7 @@ def test_measure_costs_shapes(pair):
 def test_measure_costs_times_each_model_the_way_it_runs(pair, monkeypatch):
     """The draft always through a paged runner (DraftModelProposer's); the target with Hugging
     Face's cache (speculative_generate's) or, with ``paged=True``, a paged runner (the engine's)."""
-    import labsupport.bench.speculative as bench_spec
+    import labsupport.bench.spec_costs as bench_spec
 
     target, draft = pair
     made = []

@@ -12,7 +12,7 @@ path. (The core packages stamp times only for their own metrics: arrival, first 
 BENCHMARKS = {"engine": "engine", "speculative": "speculative", "kv-cache": "kv_cache", "structured": "structured",
               "speculative-variants": "speculative_variants", "vllm": "vs_vllm", "quant": "quant"}
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "budget_run": "quant",
@@ -20,7 +20,7 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "compare_with_engine": "speculative",
     "default_methods": "speculative_variants",
     "forward_costs": "speculative_variants",
-    "measure_costs": "speculative",
+    "measure_costs": "spec_costs",
     "measure_methods": "speculative_variants",
     "prompt_of_length": "kv_cache",
     "request_token_times": "kv_cache",

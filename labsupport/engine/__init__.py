@@ -36,7 +36,7 @@ __all__ = [
     "block_hash",
 ]
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "ModelRunner": "model_runner",

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from ..kv import blocks_needed
-from .block_manager import slot_mapping_of
 from ..quant import kv as kvq
 from ..validation import is_int
+from .block_manager import slot_mapping_of
 
 __all__ = ["PagedKVCache"]
 

@@ -13,7 +13,7 @@ from .launcher import PortInUseError, WorkerError, WorkerGroup, free_port
 
 __all__ = ["Comm", "PortInUseError", "WorkerError", "WorkerGroup", "free_port", "ring_factor"]
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "Comm": "comm",

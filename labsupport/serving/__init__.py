@@ -7,7 +7,7 @@ decode engines in two processes) · ``tiers`` (a CPU and a disk tier under the p
 ``router`` (round-robin vs prefix-affinity routing over engine replicas).
 """
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "KVConnector": "kv_transfer",

@@ -1,6 +1,6 @@
 """Fast pure-Python simulators used where the real engine is too slow for a slider."""
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "assign_slots": "timeline",

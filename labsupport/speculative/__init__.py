@@ -117,7 +117,7 @@ __all__ = [
     "verify_logits",
 ]
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "EagleProposer": "eagle",

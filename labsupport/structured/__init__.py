@@ -18,7 +18,7 @@ __all__ = ["DFA", "MAX_ANY_ORDER_KEYS", "StructuredOutput", "TokenIndex", "apply
            "compile_structured_output", "compile_tree", "for_model", "normalize_spec", "parse_regex",
            "schema_to_tree", "token_bytes"]
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "DFA": "automaton",

@@ -1,6 +1,6 @@
 """Plotly figure builders: pure functions ``data → go.Figure``, no widgets inside."""
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "beam_tree_figure": "beam",

@@ -1,6 +1,6 @@
 """ipywidgets panels that wire sliders to core functions and ``viz`` figures (no core logic here)."""
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "batching_lab": "batching",
