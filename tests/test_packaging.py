@@ -349,3 +349,12 @@ def test_chapters_import_from_package_faces_only():
                         assert hasattr(face, a.name) or importlib.util.find_spec(f"{node.module}.{a.name}"), where
                 if isinstance(node, ast.Import):
                     assert not any(a.name.startswith("labsupport.") and a.name.count(".") > 1 for a in node.names)
+
+
+def test_no_module_of_the_package_runs_over_400_lines():
+    """#50: a newcomer reads a module in one sitting; the large ones were split by concept (engine.py's request
+    intake, the roofline out of kv.py, preemption by swap out of block_manager.py, speculative decoding's step
+    costs out of bench/speculative.py)."""
+    long = {p.relative_to(ROOT).as_posix(): n for p in sorted((ROOT / "labsupport").rglob("*.py"))
+            for n in [len(p.read_text(encoding="utf-8").splitlines())] if n > 400}
+    assert not long, long

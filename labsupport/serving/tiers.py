@@ -14,9 +14,8 @@ demoted; a promotion checks the shape, the dtype and the digest, and an entry th
 cache miss: it is dropped, counted in :attr:`TieredKVCache.rejected`, and the prefix from that
 block on is recomputed. Wrong K/V never reaches the pool.
 
-A hit in a lower tier trades recomputation (FLOPs, ∝ tokens) for a copy (bytes, ∝ tokens ·
-2·L·H·D·bytes): worth it when the copy is faster than the prefill it saves — on a GPU a CPU
-copy over PCIe usually is, a disk read only for long prefixes.
+A hit in a lower tier trades recomputation (FLOPs, ∝ tokens) for a copy (bytes, ∝ tokens · 2·L·H·D·bytes):
+worth it when the copy beats the prefill it saves — on a GPU a CPU copy over PCIe usually does.
 
 Hook: :attr:`BlockPool.on_evict <labsupport.engine.block_pool.BlockPool>` is called with the
 block before its data is reused; :class:`TieredKVCache` sets it.
@@ -307,9 +306,8 @@ class TieredKVCache:
 
     def add_request(self, prompt: list[int], params: SamplingParams = GREEDY, max_tokens: int | None = None,
                     request_id: str | None = None, *, max_new_tokens: int | None = None) -> str:
-        """Promote the prompt's lower-tier blocks, then ``engine.add_request`` (the promotion
-        time counts in the request's TTFT: its arrival is taken before). ``max_new_tokens`` is
-        ``max_tokens``' old name (a ``DeprecationWarning``)."""
+        """Promote the prompt's lower-tier blocks, then ``engine.add_request`` (the promotion time counts
+        in the TTFT: the arrival is taken before). ``max_new_tokens``: deprecated name of ``max_tokens``."""
         max_tokens = renamed("max_tokens", max_tokens, "max_new_tokens", max_new_tokens)
         arrival = self.engine.config.clock()
         counts = self.promote(list(prompt))
