@@ -6,10 +6,10 @@ MESSAGES = {
     "<b>{name}</b>: running {running}, queued {queued}, waste {waste:.0f} %, done {done}":
         "<b>{name}</b>: 실행 {running}, 대기 {queued}, 낭비 {waste:.0f} %, 완료 {done}",
     "KV memory at step {step}: one cell = one token slot (dark = KV, light = held but empty)":
-        "스텝 {step}의 KV 메모리: 한 칸 = 토큰 슬롯 하나 (진한 색 = KV, 연한 색 = 잡혀 있지만 빔)",
+        "스텝 {step}의 KV 메모리: 한 칸 = 토큰 슬롯 하나 (진한 색 = KV, 연한 색 = 잡혀 있지만 비어 있음)",
     "free": "비어 있음",
     "request {rid} · KV": "요청 {rid} · KV",
-    "request {rid} · empty (held)": "요청 {rid} · 빔 (잡혀 있음)",
+    "request {rid} · empty (held)": "요청 {rid} · 비어 있음 (잡혀 있음)",
     "slot row %{y}, col %{x}<br>%{text}<extra></extra>": "슬롯 행 %{y}, 열 %{x}<br>%{text}<extra></extra>",
     "running requests": "실행 중인 요청",
     "queued requests": "대기 중인 요청",
