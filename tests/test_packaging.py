@@ -358,3 +358,15 @@ def test_no_module_of_the_package_runs_over_400_lines():
     long = {p.relative_to(ROOT).as_posix(): n for p in sorted((ROOT / "labsupport").rglob("*.py"))
             for n in [len(p.read_text(encoding="utf-8").splitlines())] if n > 400}
     assert not long, long
+
+
+def test_the_engine_package_docstring_maps_every_module():
+    """#50: a newcomer opens labsupport/engine/__init__.py and finds every module named, in the order a request
+    meets them; a new module must be added to the map."""
+    import labsupport.engine as engine
+
+    names = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / "labsupport" / "engine").iterdir()
+             if p.suffix in (".py", ".c") and p.stem != "__init__"}
+    assert len(names) >= 20
+    missing = sorted(n for n in names if f"``{n}``" not in engine.__doc__)
+    assert not missing, missing

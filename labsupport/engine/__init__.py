@@ -1,10 +1,22 @@
-"""The paged-KV engine (vLLM vocabulary), in nano-vllm's shape.
+"""The paged-KV engine (vLLM vocabulary), in nano-vllm's shape. The module map, in the order a request
+meets them:
 
-``sequence`` (a sequence and its status) · ``block_pool`` (physical blocks, ref counts, the
-prefix-cache index) · ``block_manager`` (block tables, copy-on-write, swap) · ``attention``
-(paged attention by gather) · ``model_runner`` (GPT-2 over paged KV; takes block tables) ·
-``scheduler`` (continuous batching, preemption, chunked prefill) · ``sampler`` · ``engine``
-(``LLMEngine``: add_request / abort_request / step) · ``outputs`` · ``metrics``.
+* ``engine`` — ``LLMEngine.step()``: schedule → move blocks → run the model → sample → finish;
+  ``intake`` — how a request comes in and goes out (``add_request``, ``add_prefilled_request``,
+  ``abort_request``, ``fork``); ``config`` — ``EngineConfig``, vLLM's setting names, checked once.
+* ``request`` (the request: sampling settings, stop rule, grammar, metrics) around ``sequence`` (its
+  tokens and status, what the scheduler queues).
+* ``scheduler`` — continuous batching, preemption (recompute or swap), chunked prefill; it owns the queues.
+* ``block_manager`` — block tables, copy-on-write, the slot mapping; on ``block_pool`` (physical blocks,
+  ref counts, the prefix-cache index) and ``swap_space`` (CPU blocks, preemption by swap).
+* ``model_runner`` — GPT-2 over the paged cache (takes block tables, not the manager): ``gpt2`` (the
+  blocks' weights), ``kv_cache`` (the cache tensors and every block move), ``attention`` (paged attention
+  by gather, ``TORCH_SDPA``), ``native_attention`` + ``paged_attention.c`` (``CPU_ATTN``, blocks read in
+  place), ``linear`` (the matmul kernel per row count), ``memory`` (will a pool fit), ``extend`` (several
+  tokens per sequence: speculative verification, trees).
+* ``sampler`` — one token per sequence, batched; ``outputs`` (``RequestOutput``, snapshots) and
+  ``metrics`` (TTFT, TPOT, ITL, goodput).
+* ``beam_search`` — vLLM's ``LLM.beam_search`` on this engine.
 """
 
 from .block_manager import BlockManager
