@@ -63,15 +63,15 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
         ValueError: NaN, ±inf, or outside the bounds.
     """
     want = _range_text(low, high, low_open, high_open)
+    what = "a finite number" if want == "finite" else f"a number {want}"
     if not is_real(value):
-        raise TypeError(f"{name} must be a number {want}{hint}, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be {what}{hint}, got {value!r} ({type(value).__name__})")
     v = float(value)
     bad = (not math.isfinite(v)
            or (low is not None and (v <= low if low_open else v < low))
            or (high is not None and (v >= high if high_open else v > high)))
     if bad:
-        finite = "" if want == "finite" else " (finite)"
-        raise ValueError(f"{name} must be a number {want}{finite}{hint}, got {value!r}")
+        raise ValueError(f"{name} must be {what}{'' if want == 'finite' else ' (finite)'}{hint}, got {value!r}")
     return v
 
 

@@ -1,18 +1,17 @@
 """Panels of chapter 01 (sampling): the temperature panel and the sampling lab.
 
-Thin wiring only: sliders → ``labsupport.sampling`` / ``labsupport.generation`` → a figure
-from ``labsupport.viz.sampling`` shown in a ``FigureOutput`` (``widgets.common``), redrawn whole
-on every change. Each panel computes its first state when it is built (so it shows something even
-where callbacks never run, e.g. under nbval) and returns an ``ipywidgets.VBox`` that also
-carries, for tests and for curious students:
+Thin wiring only: sliders → ``labsupport.sampling`` / ``labsupport.generation`` → a figure from
+``labsupport.viz.sampling`` shown in a ``FigureOutput`` (``widgets.common``), redrawn whole on every change.
+Each panel computes its first state when it is built (so it shows something even where callbacks never
+run, e.g. under nbval) and returns an ``ipywidgets.VBox`` that also carries, for tests and curious students:
 
 * ``panel.controls`` – dict of the input widgets by name,
 * ``panel.figure`` – the ``FigureOutput`` (its ``data`` / ``layout``: the figure shown),
 * ``panel.update()`` – recompute everything from the current control values,
 * ``panel.cache`` – the next-token cache (``.forwards`` counts model forwards).
 
-The logits of the current prompt are cached: moving a slider costs a softmax over the
-vocabulary (and, in the lab, one short seeded generation), never a new prompt forward.
+The logits of the current prompt are cached: moving a slider costs a softmax over the vocabulary (and, in
+the lab, one short seeded generation), never a new prompt forward.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from labsupport.sampling import (
     probs_from_logits,
     trace_filters,
 )
-from labsupport.validation import check_int, check_real
+from labsupport.validation import check_int, check_real, check_type
 from labsupport.viz.sampling import distribution_figure, filter_figure, filter_label, unique_labels
 from labsupport.widgets.common import FigureOutput, error_html, panel_int, panel_real
 from labsupport.widgets.snapshot import Panel
@@ -97,15 +96,13 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
     Controls: an editable prompt, a temperature slider (0 = greedy … 3), a button that adds
     ``shift`` to *every* logit and one that resets it, and a mode switch:
 
-    * **real model** — the logits and probabilities of the ``top_n`` most likely next tokens;
-      maximum probability, entropy (bits), perplexity ``2^H`` and the candidates needed for 90 %
-      of the mass are computed over the whole vocabulary with ``labsupport.sampling``.
+    * **real model** — the logits and probabilities of the ``top_n`` most likely next tokens; maximum probability,
+      entropy (bits), perplexity ``2^H`` and the candidates for 90 % of the mass, over the whole vocabulary.
     * **edit logits** — only the ``edit_n`` most likely candidates, each with a slider for its
       logit (starting at the model's value); ``p = softmax(z / T)`` over that small set. Raising
       the second logit to equal the first gives 50 % / 50 % and 1 bit of entropy.
 
-    After a shift it also shows the largest change of any probability (zero up to float32
-    rounding: shift invariance).
+    After a shift it also shows the largest change of any probability (zero up to float32 rounding: shift invariance).
 
     Args:
         lm: a loaded model (``labsupport.models.load_model``).
@@ -116,17 +113,19 @@ def temperature_panel(lm: LoadedModel, prompt: str = "Return the number of", *, 
         edit_n: candidates in the edit mode, in [2, 6].
 
     Returns:
-        The panel (``ipywidgets.VBox``) with ``controls`` (``"mode"``, ``"edit"``: the list of
-        logit sliders, …), ``figure``, ``stats``, ``update``, ``cache``.
+        The panel (``ipywidgets.VBox``) with ``controls`` (``"mode"``, ``"edit"``: the logit sliders, …),
+        ``figure``, ``stats``, ``update``, ``cache``.
 
     Raises:
-        ValueError: ``top_n`` < 1, ``edit_n`` outside [2, 6] or ``temperature`` outside [0, 3].
+        TypeError: ``prompt`` not a str, a number that is not one.
+        ValueError: ``top_n`` < 1, ``edit_n`` outside [2, 6], ``temperature`` outside [0, 3], ``shift`` not finite.
     """
+    check_type("prompt", prompt, str)
+    check_real("shift", shift)
     check_int("top_n", top_n, 1)
     check_int("edit_n", edit_n, 2, 6)
     check_real("temperature", temperature, 0, 3, hint=" for this panel")
-    top_n = min(top_n, lm.model.config.vocab_size)
-    edit_n = min(edit_n, lm.model.config.vocab_size)
+    top_n, edit_n = (min(n, lm.model.config.vocab_size) for n in (top_n, edit_n))
     cache = NextTokenCache(lm)
     prompt_box = widgets.Text(value=prompt, description=tr("prompt"), continuous_update=False,
                               layout=widgets.Layout(width="95%"), style=_WIDE)
@@ -289,8 +288,9 @@ def sampling_lab(lm: LoadedModel, prompt: str = "The default value is", *, tempe
         ``samples`` (the button's callback, also callable directly) and ``output``.
 
     Raises:
-        ValueError: a starting value outside its range.
+        TypeError: ``prompt`` not a str; ValueError: a starting value outside its range.
     """
+    check_type("prompt", prompt, str)
     panel_int("max_new_tokens", max_new_tokens, 1, 60)
     SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                    repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
