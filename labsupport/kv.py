@@ -79,10 +79,13 @@ class ModelShape:
         n_params: parameters ``N`` (for the weight bytes and the 2N FLOPs per token).
         gqa_kv_heads: KV heads this model uses when switched to GQA (its own for a GQA model;
             ``H // 4`` — groups of four query heads, as in Llama 3 8B — for an MHA model).
+        non_layer_params: parameters outside the decoder layers (token and position embeddings, an
+            untied LM head); 0 when not known. :func:`layer_weight_bytes` leaves them out.
 
     Raises:
         TypeError: a size that is not an integer.
-        ValueError: a non-positive size, or ``n_kv_heads`` that does not divide ``n_heads``.
+        ValueError: a non-positive size, ``n_kv_heads`` that does not divide ``n_heads``, or
+            ``non_layer_params`` outside [0, n_params).
     """
 
     name: str
@@ -92,10 +95,12 @@ class ModelShape:
     head_dim: int
     n_params: int
     gqa_kv_heads: int | None = None
+    non_layer_params: int = 0
 
     def __post_init__(self) -> None:
         for field_name in ("n_layers", "n_heads", "n_kv_heads", "head_dim", "n_params"):
             check_int(field_name, getattr(self, field_name), 1)
+        check_int("non_layer_params", self.non_layer_params, 0, self.n_params - 1)
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
         if self.gqa_kv_heads is None:
@@ -124,13 +129,13 @@ class ModelShape:
 #: Common models (parameter counts: the released checkpoints).
 PRESETS: dict[str, ModelShape] = {
     "GPT-2 small": ModelShape("GPT-2 small", n_layers=12, n_heads=12, n_kv_heads=12, head_dim=64,
-                              n_params=124_439_808),
+                              n_params=124_439_808, non_layer_params=39_385_344),      # 50,257·768 + 1,024·768 + ln_f
     "Llama 2 7B": ModelShape("Llama 2 7B", n_layers=32, n_heads=32, n_kv_heads=32, head_dim=128,
-                             n_params=6_738_415_616),
+                             n_params=6_738_415_616, non_layer_params=262_148_096),    # 2 · 32,000·4,096 + final norm
     "Llama 3 8B": ModelShape("Llama 3 8B", n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
-                             n_params=8_030_261_248),
+                             n_params=8_030_261_248, non_layer_params=1_050_677_248),  # 2 · 128,256·4,096 + norm
     "Llama 3 70B": ModelShape("Llama 3 70B", n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128,
-                              n_params=70_553_706_496),
+                              n_params=70_553_706_496, non_layer_params=2_101_354_496),  # 2 · 128,256·8,192 + norm
 }
 
 
@@ -188,10 +193,10 @@ def shape_from_config(config, name: str = "model") -> ModelShape:
     missing = [k for k in ("vocab_size", "n_positions") if cfg.get(k) is None]
     if missing:
         raise ValueError(f"config must give {' and '.join(missing)} to count a GPT-2's parameters")
-    params = gpt2_param_count(layers, width, check_int("vocab_size", cfg["vocab_size"], 1),
-                              check_int("n_positions", cfg["n_positions"], 1))
+    vocab, positions = check_int("vocab_size", cfg["vocab_size"], 1), check_int("n_positions", cfg["n_positions"], 1)
     return ModelShape(name, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
-                      n_params=params)
+                      n_params=gpt2_param_count(layers, width, vocab, positions),
+                      non_layer_params=(vocab + positions + 2) * width)          # tied embeddings, ln_f
 
 
 def preset(name: str) -> ModelShape:
@@ -245,6 +250,13 @@ def kv_bytes(shape: ModelShape, seq_len: int, batch: int = 1, kv_dtype: str = "f
 def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> int:
     """Bytes of the weights: ``N × bytes per parameter`` (bf16 by default)."""
     return shape.n_params * dtype_bits(dtype) // 8
+
+
+def layer_weight_bytes(shape: ModelShape, dtype: str = "bf16") -> float:
+    """Bytes of one decoder layer's weights: the parameters outside the embeddings and an untied LM
+    head (``shape.non_layer_params``), over ``n_layers`` — what tensor parallelism splits per layer.
+    With ``non_layer_params = 0`` (unknown) it is all the weights over ``n_layers``, an overestimate."""
+    return (shape.n_params - shape.non_layer_params) * dtype_bits(dtype) / 8 / shape.n_layers
 
 
 def format_bytes(n: float) -> str:

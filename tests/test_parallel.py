@@ -380,3 +380,19 @@ def test_dispatch_table_counts_each_ranks_copies_by_destination():
     for bad in ([[0, 1]], torch.tensor([[0.0, 1.0]]), torch.tensor([[True, False]]), None):
         with pytest.raises(TypeError, match="integer tensor"):
             dispatch_table(bad, 4, 2)
+
+
+def test_tp_saves_a_decoder_layers_weight_read_not_the_embeddings_share():
+    """Expert audit E13: the per-layer saving of TP counts a decoder layer's weights (Llama 3 8B: 218 M parameters,
+    ≈ 114 µs at 3.35 TB/s × 7/8), not the embedding and LM head spread over the layers (131 µs before)."""
+    l8 = kv.preset("Llama 3 8B")
+    per_layer_params = (l8.n_params - 2 * 128_256 * 4_096 - 4_096) / 32
+    assert per_layer_params == pytest.approx(218.1e6, rel=1e-3)
+    assert kv.layer_weight_bytes(l8) == pytest.approx(2 * per_layer_params)
+    saved, _ = cm.tp_layer_tradeoff(l8, 8, link=cm.NVLINK)
+    assert saved == pytest.approx(2 * per_layer_params / 3.35e12 * 7 / 8) and 113e-6 < saved < 115e-6
+    unknown = kv.ModelShape("no embeddings known", n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                            n_params=l8.n_params)
+    assert kv.layer_weight_bytes(unknown) == pytest.approx(kv.weight_bytes(l8) / 32)      # the overestimate
+    with pytest.raises(ValueError, match="non_layer_params must be an integer in \\[0, "):
+        kv.ModelShape("x", n_layers=1, n_heads=1, n_kv_heads=1, head_dim=1, n_params=10, non_layer_params=10)

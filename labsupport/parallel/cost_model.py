@@ -60,7 +60,7 @@ LINKS = {link.name: link for link in (NVLINK, PCIE5, INFINIBAND)}
 #: Model shapes for the cluster panel (kv presets plus Llama 3.1 405B's published configuration).
 MODELS: dict[str, kv.ModelShape] = dict(kv.PRESETS, **{
     "Llama 3.1 405B": kv.ModelShape("Llama 3.1 405B", n_layers=126, n_heads=128, n_kv_heads=8, head_dim=128,
-                                    n_params=405_000_000_000)})
+                                    n_params=405_000_000_000, non_layer_params=2 * 128_256 * 16_384 + 16_384)})
 
 
 def d_model(shape: kv.ModelShape) -> int:
@@ -165,7 +165,7 @@ def decode_step(shape: kv.ModelShape, tp: int = 1, pp: int = 1, batch: int = 1, 
 def tp_layer_tradeoff(shape: kv.ModelShape, tp: int, batch: int = 1, link: Link = NVLINK, gpu: GPU = H100,
                       weight_dtype: str = "bf16") -> tuple[float, float]:
     """Per layer: (weight-read seconds TP saves, seconds its two all-reduces cost). TP pays when the first is larger."""
-    per_layer = kv.weight_bytes(shape, weight_dtype) / shape.n_layers
+    per_layer = kv.layer_weight_bytes(shape, weight_dtype)          # a decoder layer: no embeddings, no LM head
     saved = per_layer / gpu.hbm_bandwidth * (1 - 1 / check_int("tp", tp, 1))
     message = check_int("batch", batch, 1) * d_model(shape) * (kv.dtype_bits(weight_dtype) // 8)
     return saved, 2 * allreduce_time(message, tp, link)
