@@ -5,17 +5,27 @@ off by a factor of two. A chapter's timing cell therefore runs the work once unt
 allocator, lazy imports), then ``repeats`` times, and reports the **median** with the range
 (fastest … slowest). A sentence that interprets two timings asks :func:`clearly_faster`, which
 says "faster" only when the two ranges do not overlap, so noise cannot flip the prose.
+
+The timing helpers of the package: :func:`time_call` (one piece of work, repeated) and
+:func:`time_interleaved` (several, in turn — a method against its baseline, the sizes of one
+forward). What they do not cover is timed where it happens, and says so: a request's token
+timestamps (TTFT, TPOT: the engine's metrics, ``bench.kv_cache.request_token_times``), a peer
+that times itself (vLLM, Hugging Face's batching), per-step averages over a variable number of
+steps (the grammar benchmarks).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .i18n import tr
 from .validation import check_callable, check_int, check_type
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,42 @@ def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1) ->
         fn()
         samples.append(time.perf_counter() - start)
     return Timing(tuple(samples))
+
+
+def time_interleaved(jobs: Mapping[K, Callable[[], object]], *, repeats: int = 5, warmup: int = 1,
+                     before: Callable[[K], object] | None = None,
+                     after: Callable[[K], object] | None = None) -> dict[K, Timing]:
+    """Time several jobs in turn — a, b, c, a, b, c, … — so that what drifts on a busy machine (a
+    browser, the clock speed, another process) falls on all of them alike: the benchmarks' way of
+    comparing a method with a baseline, or sizes of one forward, in one run. ``warmup`` rounds run
+    untimed first; ``before(key)`` / ``after(key)`` run untimed around each call (evict the caches,
+    undo the K/V a call appended).
+
+    Returns:
+        ``{key: Timing}`` in the jobs' order (``.low`` the fastest sample, ``.median`` the typical one).
+
+    Raises:
+        TypeError: a job that is not callable, counts that are not integers.
+        ValueError: no jobs, ``repeats < 1`` or ``warmup < 0``.
+    """
+    check_int("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
+    if not jobs:
+        raise ValueError("jobs must hold at least one job, got none")
+    for key, fn in jobs.items():
+        check_callable(f"jobs[{key!r}]", fn)
+    samples: dict[K, list[float]] = {key: [] for key in jobs}
+    for r in range(warmup + repeats):
+        for key, fn in jobs.items():
+            if before is not None:
+                before(key)
+            start = time.perf_counter()
+            fn()
+            if r >= warmup:
+                samples[key].append(time.perf_counter() - start)
+            if after is not None:
+                after(key)
+    return {key: Timing(tuple(v)) for key, v in samples.items()}
 
 
 def timing_of(samples: Sequence[float]) -> Timing:

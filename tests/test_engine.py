@@ -7,6 +7,7 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from labsupport import timing
 from labsupport.engine import BlockManager, EngineConfig, LLMEngine, ModelRunner
 from labsupport.engine.extend import extend
 from labsupport.generation import generate
@@ -462,7 +463,7 @@ def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypa
     from labsupport.engine import linear as L
 
     clock = [0.0]
-    monkeypatch.setattr(L.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])       # linear times through labsupport.timing
     monkeypatch.setattr(L, "_TUNED", {})
     cost = {"x W": lambda m: 1.0 + m, "Wᵀ xᵀ": lambda m: 1.0 + 0.5 * m if m < 16 else 1.0 + 0.98 * m,
             "oneDNN": lambda m: 2.0 if m <= 8 else 99.0 if m < 64 else 0.98 * (1.0 + m)}
@@ -495,7 +496,7 @@ def test_measure_repeats_a_short_pass_until_a_block_lasts_min_timed(monkeypatch)
     from labsupport.engine import linear as L
 
     clock = [0.0]
-    monkeypatch.setattr(L.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])       # linear times through labsupport.timing
     calls = []
     real_run = L.Linear.run
 

@@ -50,3 +50,36 @@ def test_median_range_formats_repeats_of_any_measurement():
     assert median_range([7.0]) == "7.00 (1 run)"
     with pytest.raises(ValueError, match="at least one"):
         median_range([])
+
+
+def test_time_interleaved_runs_the_jobs_in_turn_with_untimed_hooks():
+    """The benchmarks' comparison helper: a, b, a, b, … after the warm-up rounds; before/after hooks untimed."""
+    from labsupport.timing import time_interleaved
+
+    log, clock = [], [0.0]
+    cost = {"a": 1.0, "b": 3.0}
+
+    def job(k):
+        def run():
+            log.append(k)
+            clock[0] += cost[k]
+        return run
+
+    import labsupport.timing as T
+    real = T.time.perf_counter
+    T.time.perf_counter = lambda: clock[0]
+    try:
+        t = time_interleaved({"a": job("a"), "b": job("b")}, repeats=3, warmup=1,
+                             before=lambda k: log.append(f"<{k}"), after=lambda k: clock.__setitem__(0, clock[0] + 100))
+    finally:
+        T.time.perf_counter = real
+    assert [x for x in log if not x.startswith("<")] == ["a", "b"] * 4          # one warm-up round, three timed
+    assert log[:2] == ["<a", "a"] and len([x for x in log if x.startswith("<")]) == 8
+    assert t["a"].samples == (1.0, 1.0, 1.0) and t["b"].samples == (3.0, 3.0, 3.0)   # the hooks' 100 s never counted
+    assert list(t) == ["a", "b"]
+    with pytest.raises(ValueError, match="jobs must hold at least one job"):
+        time_interleaved({})
+    with pytest.raises(TypeError, match="jobs\\['x'\\]"):
+        time_interleaved({"x": 3})
+    with pytest.raises(ValueError, match="repeats"):
+        time_interleaved({"a": job("a")}, repeats=0)

@@ -27,7 +27,7 @@ import torch
 
 from labsupport.engine.native_attention import default_backend_line
 from labsupport.kv import blocks_needed
-from labsupport.timing import median_range
+from labsupport.timing import median_range, time_interleaved
 from labsupport.validation import check_int
 
 PROMPTS = [
@@ -87,28 +87,25 @@ def weight_pass_seconds(runner, repeats: int = 20, *, cold: bool = False) -> flo
     mats.append(runner.lm_head_linear)
     xs = [torch.randn(1, m.shape[0], device=runner.device, dtype=runner.dtype) for m in mats]
     evict = torch.zeros(EVICT_BYTES // 4) if cold else None
-    best = float("inf")
-    for _ in range(repeats + 2):
-        if evict is not None:
-            evict.add_(1.0)
-        start = time.perf_counter()
+
+    def one_pass() -> None:
         for m, x in zip(mats, xs):
             m(x)
-        best = min(best, time.perf_counter() - start)
-    return best
+
+    return time_interleaved({"pass": one_pass}, repeats=repeats, warmup=2,
+                            before=(lambda _: evict.add_(1.0)) if cold else None)["pass"].low
 
 
 def _paired(ours, peer, repeats: int) -> tuple[list[float], object, list[float], object]:
     """Wall times of two jobs run alternately (ours, peer, ours, peer, …), so a busy machine
     slows both alike; returns ``(times_ours, result_ours, times_peer, result_peer)``."""
-    times: tuple[list[float], list[float]] = ([], [])
-    results: list[object] = [None, None]
-    for _ in range(repeats):
-        for i, fn in enumerate((ours, peer)):
-            start = time.perf_counter()
-            results[i] = fn()
-            times[i].append(time.perf_counter() - start)
-    return times[0], results[0], times[1], results[1]
+    results: dict[str, object] = {}
+
+    def keep(name: str, fn):
+        return lambda: results.__setitem__(name, fn())
+
+    t = time_interleaved({"ours": keep("ours", ours), "peer": keep("peer", peer)}, repeats=repeats, warmup=0)
+    return list(t["ours"].samples), results["ours"], list(t["peer"].samples), results["peer"]
 
 
 def _generation_config(max_new: int, pad_id: int):

@@ -8,7 +8,6 @@ the command line) re-exports :func:`measure_costs`, :class:`CostModel` and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from labsupport.models import LoadedModel
 from labsupport.speculative import (
     CachedLM,
 )
+from labsupport.timing import time_interleaved
 from labsupport.validation import check_bool, check_int, check_real, check_token_ids
 
 # ============================================================================ step costs and the γ sweep
@@ -155,14 +155,9 @@ def measure_costs(target: LoadedModel, draft: LoadedModel | None, context: Seque
     jobs = {("target", n): job for n, job in (_paged_jobs if paged else _cached_jobs)(target, context, sizes).items()}
     if draft is not None:
         jobs.update({("draft", n): job for n, job in _paged_jobs(draft, context, [1]).items()})
-    best = {job: float("inf") for job in jobs}
-    for r in range(repeats + 2):
-        for job, (run, undo) in jobs.items():
-            t = time.perf_counter()
-            run()
-            if r >= 2:
-                best[job] = min(best[job], time.perf_counter() - t)
-            undo()
+    timings = time_interleaved({job: run for job, (run, _) in jobs.items()}, repeats=repeats, warmup=2,
+                               after=lambda job: jobs[job][1]())            # undo: the next call starts alike
+    best = {job: t.low for job, t in timings.items()}
     t_target = best[("target", 1)]
     return CostModel(t_target=t_target, t_draft=best.get(("draft", 1), 0.0),
                      v={int(g): best[("target", int(g) + 1)] / t_target for g in gammas},

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -51,7 +50,7 @@ from labsupport.speculative import (
     SpeculativeEngine,
     speculative_generate,
 )
-from labsupport.timing import median_range
+from labsupport.timing import median_range, time_interleaved
 from labsupport.validation import check_int
 
 from .spec_costs import CostModel, measure_costs, runner_verification_costs
@@ -79,6 +78,17 @@ class SweepRow:
     measured: float                # wall-clock speed-up: plain seconds / speculative seconds
     plain_seconds: float
     spec_seconds: float
+
+
+def _plain_and_speculative(target, proposer, ids, params, max_new_tokens: int, repeats: int):
+    """Plain decoding and speculative decoding of one prompt, timed in turn: the last result of each
+    and the fastest of ``repeats`` seconds of each."""
+    last: dict[str, object] = {}
+    jobs = {"plain": lambda: generate(target, ids, params, max_new_tokens=max_new_tokens, record=False),
+            "spec": lambda: speculative_generate(target, proposer, ids, params, max_new_tokens=max_new_tokens)}
+    timings = time_interleaved({k: (lambda k=k, fn=fn: last.__setitem__(k, fn())) for k, fn in jobs.items()},
+                               repeats=repeats, warmup=0)
+    return last["plain"], last["spec"], timings["plain"].low, timings["spec"].low
 
 
 def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], prompt: str | Sequence[int],
@@ -117,14 +127,7 @@ def speedup_sweep(target: LoadedModel, make_proposer: Callable[[int], object], p
     rows = []
     for g in gammas:
         prop = make_proposer(int(g))
-        plain_s = spec_s = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            plain = generate(target, ids, params, max_new_tokens=max_new_tokens, record=False)
-            t1 = time.perf_counter()
-            res = speculative_generate(target, prop, ids, params, max_new_tokens=max_new_tokens)
-            t2 = time.perf_counter()
-            plain_s, spec_s = min(plain_s, t1 - t0), min(spec_s, t2 - t1)
+        plain, res, plain_s, spec_s = _plain_and_speculative(target, prop, ids, params, max_new_tokens, repeats)
         st = res.stats
         k_mean = st.mean_draft_length
         c = st.draft_seconds / max(st.proposed, 1) / costs.t_target    # this run's drafting, sampling included
@@ -178,17 +181,24 @@ def compare_with_engine(target: LoadedModel, draft: LoadedModel | None, prompt: 
     check_int("repeats", repeats, 1)
     prompts = [list(prompt)] * batch
     blocks = batch * (blocks_needed(len(prompt) + max_new_tokens + gamma, block_size) + 1)
-    best_plain = best_spec = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        plain = LLMEngine(target, block_size=block_size, num_blocks=blocks, max_num_seqs=batch).generate(
+    state: dict[str, object] = {}
+
+    def build(job: str) -> None:                  # the speculative engine is made untimed, fresh for each run
+        if job == "spec":
+            proposer = DraftModelProposer(draft, target, gamma) if draft is not None else NgramProposer(gamma)
+            state["eng"] = SpeculativeEngine(target, proposer, block_size=block_size, num_blocks=blocks,
+                                             max_num_seqs=batch)
+
+    def plain_run() -> None:
+        state["plain"] = LLMEngine(target, block_size=block_size, num_blocks=blocks, max_num_seqs=batch).generate(
             prompts, params, max_new_tokens)
-        best_plain = min(best_plain, time.perf_counter() - t0)
-        proposer = DraftModelProposer(draft, target, gamma) if draft is not None else NgramProposer(gamma)
-        eng = SpeculativeEngine(target, proposer, block_size=block_size, num_blocks=blocks, max_num_seqs=batch)
-        t0 = time.perf_counter()
-        outs = eng.generate(prompts, params, max_new_tokens)
-        best_spec = min(best_spec, time.perf_counter() - t0)
+
+    def spec_run() -> None:
+        state["outs"] = state["eng"].generate(prompts, params, max_new_tokens)
+
+    timings = time_interleaved({"plain": plain_run, "spec": spec_run}, repeats=repeats, warmup=0, before=build)
+    plain, outs, eng = state["plain"], state["outs"], state["eng"]
+    best_plain, best_spec = timings["plain"].low, timings["spec"].low
     tokens = sum(len(o.token_ids) for o in outs)
     return EngineComparison(batch=batch, proposer="draft model" if draft is not None else "n-gram", gamma=gamma,
                             plain_tokens_per_s=sum(len(o.token_ids) for o in plain) / best_plain,

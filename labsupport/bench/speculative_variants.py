@@ -58,7 +58,7 @@ from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaProposer, load_medusa
 from labsupport.speculative.proposers import NgramProposer
 from labsupport.speculative.self_spec import SelfSpecProposer
-from labsupport.timing import median_range
+from labsupport.timing import median_range, time_interleaved
 from labsupport.validation import check_int
 
 SIZES = (1, 2, 4, 8, 12, 16, 20)      # forward sizes timed for v_forward (interpolated between)
@@ -86,16 +86,15 @@ def forward_costs(target: LoadedModel, context: Sequence[int], sizes: Sequence[i
     blocks = batch * (blocks_needed(len(context) + max(sizes), 16) + 1)
     runner, bm = ModelRunner(target, 16, blocks), BlockManager(blocks, 16)
     extend(runner, bm, {b: list(context) for b in range(batch)}, all_logits=False)
-    best = {n: float("inf") for n in sizes}
-    for r in range(repeats + 2):
-        for n in sizes:
-            t0 = time.perf_counter()
-            extend(runner, bm, {b: [context[-1]] * n for b in range(batch)}, return_hidden=True)
-            if r >= 2:
-                best[n] = min(best[n], time.perf_counter() - t0)
-            for b in range(batch):
-                bm.truncate(b, len(context))
-    return best
+    def forward(n: int):
+        return lambda: extend(runner, bm, {b: [context[-1]] * n for b in range(batch)}, return_hidden=True)
+
+    def undo(_n: int) -> None:                       # drop the appended K/V: every call starts from the context
+        for b in range(batch):
+            bm.truncate(b, len(context))
+
+    timings = time_interleaved({n: forward(n) for n in sizes}, repeats=repeats, warmup=2, after=undo)
+    return {n: t.low for n, t in timings.items()}
 
 
 @dataclass

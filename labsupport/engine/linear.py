@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Iterable, Mapping
 
 import torch
 
+from ..timing import time_call
 from ..validation import check_bool, check_choice, check_int
 
 KERNELS = ("x W", "Wᵀ xᵀ", "oneDNN")
@@ -215,15 +215,12 @@ def _key(lin: Linear) -> tuple:
 def _passes(linears: list[Linear], steps: list[tuple[torch.Tensor, str]], repeats: int) -> float:
     """Median seconds of ``steps`` (rows, kernel), each run through every matrix of ``linears``,
     repeated back to back after one untimed round (a kernel's steady state, as an engine runs it)."""
-    times = []
-    for r in range(repeats + 1):
-        start = time.perf_counter()
+    def one_round() -> None:
         for x, k in steps:
             for lin in linears:
                 lin.run(x, k)
-        if r:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    return time_call(one_round, repeats=repeats, warmup=1).median
 
 
 @torch.inference_mode()
