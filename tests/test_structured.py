@@ -575,3 +575,25 @@ def test_xgrammars_native_warnings_are_caught_not_printed(capfd):
         import os
         os.write(2, b"native line\n")
     assert lines == ["native line"] and peer.XGRAMMAR_WARNINGS[-1] == "native line"
+
+
+def test_one_grammar_cursor_caches_the_state_and_replays_a_changed_output():
+    """#50: the engine's requests and the speculative engine's sequences share one cursor; it starts at the
+    grammar's own initial state, follows advance, and replays when the output is not the one it consumed."""
+    from labsupport.structured.cursor import GrammarCursor
+
+    tok = shipped_tokenizer()
+    for spec in ({"regex": "[0-9]{1,6}"}, {"grammar": 'root ::= "(" root ")" | "1"'}):
+        g = compile_structured_output(spec, tok)
+        ids = tok.encode("((1))" if "grammar" in spec else "123")
+        cursor = GrammarCursor(g)
+        assert cursor.state_for([]) == g.initial_state() and cursor.consumed == 0
+        out: list[int] = []
+        for t in ids:
+            cursor.advance(out, t)
+            out.append(t)
+            assert cursor.consumed == len(out) and cursor.state == g.state_after(out)
+        child = cursor.copy()
+        assert child.state_for(out) == cursor.state and child is not cursor
+        assert cursor.state_for(out[:1]) == g.state_after(out[:1])          # a shorter output: replayed, not cached
+        assert child.state == g.state_after(out)                             # the copy did not move with it

@@ -207,7 +207,7 @@ class LLMEngine(RequestIntake):
         for (_, req), token in zip(rows, tokens):
             seq = req.seq
             if req.grammar is not None:                                # advance before appending
-                req.grammar_at = (len(seq.output_ids) + 1, req.grammar.advance(req.grammar_state(), token))
+                req.cursor.advance(seq.output_ids, token)
             seq.output_ids.append(token)
             req.metrics.token_times.append(now)
             if req.metrics.first_token_time is None:

@@ -259,7 +259,8 @@ class RequestIntake:
             metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
             self.requests[child_id] = Request(child, req.params, req.prompt, self._generator_for(req.params, k),
                                                req.stop_rule, metrics, next(self._order), forked=True,
-                                               grammar=req.grammar, grammar_at=req.grammar_at)
+                                               grammar=req.grammar,
+                                               cursor=None if req.cursor is None else req.cursor.copy())
             req.children.append(child_id)
             new_ids.append(child_id)
         req.forked = True

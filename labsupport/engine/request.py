@@ -8,6 +8,7 @@ import torch
 
 from ..sampling import SamplingParams
 from ..stopping import StopRule
+from ..structured.cursor import GrammarCursor
 from .metrics import RequestMetrics
 from .sequence import Sequence
 
@@ -27,13 +28,12 @@ class Request:
     forked: bool = False
     children: list[str] = field(default_factory=list)     # ids of its forks, in fork order
     grammar: object = None                                 # compiled structured output, or None
-    grammar_at: tuple[int, int] = (0, 0)                   # (output tokens consumed, grammar state)
+    cursor: GrammarCursor | None = None                    # where the output stands in the grammar
+
+    def __post_init__(self) -> None:
+        if self.grammar is not None and self.cursor is None:
+            self.cursor = GrammarCursor(self.grammar)
 
     def grammar_state(self) -> int:
-        """The grammar state after the output so far: a cached look-up, replayed from the output
-        tokens whenever they are not the ones last consumed (a fork, a preempted request)."""
-        done, state = self.grammar_at
-        if done != len(self.seq.output_ids):
-            state = self.grammar.state_after(self.seq.output_ids)
-            self.grammar_at = (len(self.seq.output_ids), state)
-        return state
+        """The grammar state after the output so far (:class:`~labsupport.structured.cursor.GrammarCursor`)."""
+        return self.cursor.state_for(self.seq.output_ids)

@@ -24,6 +24,7 @@ import torch
 
 from ..sampling import SamplingParams, greedy_ids, penalise, probs_from_logits
 from ..stopping import StopRule
+from ..structured.cursor import GrammarCursor
 from .rejection import verify
 from .stats import RoundRecord, SpecStats
 from .tree import TokenTree, accept_greedy_path
@@ -78,7 +79,7 @@ class SpecSequence:
     trees: list = field(default_factory=list)
     state: dict = field(default_factory=dict)
     finish_reason: str | None = None
-    _grammar_at: tuple[int, int] = (0, 0)
+    cursor: GrammarCursor | None = None                    # where the output stands in the grammar
 
     @property
     def token_ids(self) -> list[int]:
@@ -91,13 +92,13 @@ class SpecSequence:
         its own, so at most ``max_tokens − len(output) − 1`` drafts can still be used."""
         return self.max_tokens - len(self.output_ids) - 1
 
+    def __post_init__(self) -> None:
+        if self.grammar is not None and self.cursor is None:
+            self.cursor = GrammarCursor(self.grammar)
+
     def grammar_state(self) -> int:
-        """The grammar state after the output so far (cached; replayed when the output changed)."""
-        done, state = self._grammar_at
-        if done != len(self.output_ids):
-            state = self.grammar.state_after(self.output_ids)
-            self._grammar_at = (len(self.output_ids), state)
-        return state
+        """The grammar state after the output so far (:class:`~labsupport.structured.cursor.GrammarCursor`)."""
+        return self.cursor.state_for(self.output_ids)
 
 
 def draft_distribution(logits: torch.Tensor, s: SpecSequence, drafted: list[int]) -> torch.Tensor:
