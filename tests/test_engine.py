@@ -513,3 +513,17 @@ def test_measure_repeats_a_short_pass_until_a_block_lasts_min_timed(monkeypatch)
         times = L.measure([lin], 2, repeats=1, rounds=1)
         assert times == {k: 3.0 for k in lin.kernels}
         assert len(calls) == 2 + kernels * (repeats + 1)           # the calibrating pass, then each kernel
+
+
+def test_linear_takes_a_strided_bias_and_refuses_bad_shapes():
+    from labsupport.engine.linear import Linear
+
+    w, x = torch.randn(16, 8), torch.randn(6, 16)
+    bias = torch.randn(16)[::2]                                           # not contiguous
+    torch.testing.assert_close(Linear(w, bias)(x), x @ w + bias, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"bias must have shape \(8,\)"):
+        Linear(w, torch.randn(1))
+    with pytest.raises(ValueError, match="weight must be 2-D"):
+        Linear(torch.randn(8))
+    with pytest.raises(TypeError, match="weight must be a tensor, got list"):
+        Linear([[1.0]])

@@ -428,7 +428,7 @@ def test_cacheblend_context_only_is_the_yardstick_of_what_the_answer_reads(blend
 
 
 def test_router_leaves_nothing_behind_when_a_policy_fails_and_checks_its_answer(lm):
-    """From an attack: a policy that fails on a later request used to strand the earlier ones (still
+    """A policy that fails on a later request must not strand the earlier ones (they used to stay
     running, ids taken); a numpy index is an index; a bool or float is a TypeError."""
     from labsupport.serving.router import prefix_affinity
 

@@ -370,3 +370,11 @@ def test_the_engine_package_docstring_maps_every_module():
     assert len(names) >= 20
     missing = sorted(n for n in names if f"``{n}``" not in engine.__doc__)
     assert not missing, missing
+
+
+@pytest.mark.parametrize("stdin", [b"", b"[1, 2, 3]", b"{not json", b"\xff\xfe"])
+def test_the_git_filter_says_no_notebook_in_one_line(stdin):
+    done = subprocess.run([sys.executable, "-m", "labsupport.nbfilter"], input=stdin, capture_output=True, timeout=60,
+                          check=False)
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode().count("\n") == 1 and "no valid notebook on stdin" in done.stderr.decode()

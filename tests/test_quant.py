@@ -369,7 +369,7 @@ def test_quant_figures():
         format_error_figure({})
 
 
-# ----------------------------------------------------------------------------- found by breaking it
+# ----------------------------------------------------------------------------- extreme values and bad inputs
 
 def test_extreme_values_are_refused_or_kept_finite(tiny_lm):
     with pytest.raises(ValueError, match="within"):

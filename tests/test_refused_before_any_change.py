@@ -1,5 +1,7 @@
-"""Edges a session found by trying to break the APIs: each reproducer is a test, and each fix
-validates before it changes anything (no block taken, no state touched by a bad call)."""
+"""A call the package refuses changes nothing first, and an awkward but valid input is served: a KV-tier
+promotion that evicts its own entry, non-finite or non-float prefilled K/V, token ids checked before a block
+is taken, errors that name the argument, shape_from_config naming what a config lacks, a prompt character a
+panel cannot encode, a goodput panel given an errored request, and an unpicklable worker task refused at once."""
 
 from __future__ import annotations
 
