@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
 
     why = unavailable_reason()                     # not a problem: the engine then gathers (TORCH_SDPA)
     report["attention_backend"] = "CPU_ATTN" if why is None else f"TORCH_SDPA (CPU_ATTN unavailable: {why})"
+    from .engine.linear import cache_path, machine_key
+
+    report["matrix_kernels"] = (f"timed once per machine and matrix shape, then read from {cache_path()} "
+                                f"(machine: {machine_key()}), so every process computes alike")
     report["models"] = {}
     if not args.no_model:
         for name in SHIPPED:

@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 settings.register_profile("course", derandomize=True, deadline=None)
 settings.load_profile("course")
 torch.set_num_threads(int(os.environ.get("LABSUPPORT_TEST_THREADS", "1")))
+# The matrix kernels chosen per machine (engine.linear.tune) go to a file of this run, not the user's cache.
+os.environ.setdefault("LABSUPPORT_CACHE_DIR", tempfile.mkdtemp(prefix="labsupport-test-cache-"))
 
 from helpers import make_tiny_lm
 

@@ -456,7 +456,7 @@ def test_linear_helper_gives_x_w_plus_b_on_every_kernel(out_in, with_bias):
         lin.choose({3: "x W"})
 
 
-def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypatch):
+def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypatch, tmp_path):
     """A fake clock: each kernel costs what the table says; tune must pick the cheapest per bucket,
     keep x W on a near-tie (< MARGIN), count the cost of switching after a one-row step (up to 16
     rows: verification steps), and cache the choice per shape."""
@@ -465,6 +465,7 @@ def test_tune_takes_the_fastest_kernel_per_bucket_with_a_margin_for_x_w(monkeypa
     clock = [0.0]
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])       # linear times through labsupport.timing
     monkeypatch.setattr(L, "_TUNED", {})
+    monkeypatch.setenv("LABSUPPORT_CACHE_DIR", str(tmp_path))                 # no choice cached for this machine yet
     cost = {"x W": lambda m: 1.0 + m, "Wᵀ xᵀ": lambda m: 1.0 + 0.5 * m if m < 16 else 1.0 + 0.98 * m,
             "oneDNN": lambda m: 2.0 if m <= 8 else 99.0 if m < 64 else 0.98 * (1.0 + m)}
     calls = []
@@ -527,3 +528,34 @@ def test_linear_takes_a_strided_bias_and_refuses_bad_shapes():
         Linear(torch.randn(8))
     with pytest.raises(TypeError, match="weight must be a tensor, got list"):
         Linear([[1.0]])
+
+
+def test_kernel_choices_are_timed_once_per_machine_and_read_back_by_every_process(monkeypatch, tmp_path):
+    """#51/#53: a choice timed anew in each process could differ and round a seeded request's logits
+    differently; tune stores it per machine and shape, and a new process (an empty _TUNED) reads it back."""
+    import json
+
+    from labsupport.engine import linear as L
+
+    monkeypatch.setenv("LABSUPPORT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(L, "_TUNED", {})
+    timed = []
+    choice = {b: ("Wᵀ xᵀ" if b in (2, 4) else "x W") for b in L.ROW_BUCKETS}
+    monkeypatch.setattr(L, "_choose", lambda group, repeats: timed.append(group[0].shape) or dict(choice))
+    lins = [L.Linear(torch.randn(16, 8)), L.Linear(torch.randn(16, 8)), L.Linear(torch.randn(8, 4))]
+    first = L.tune(lins)
+    assert len(timed) == 2 and all(L.SOURCES[k] == "measured" for k in first)          # two shapes, timed once each
+    stored = json.loads(L.cache_path().read_text())
+    assert list(stored) == [L.machine_key()] and len(stored[L.machine_key()]) == 2
+    monkeypatch.setattr(L, "_TUNED", {})                                                 # a new process
+    again = L.tune([L.Linear(torch.randn(16, 8))])
+    assert len(timed) == 2 and again == {k: v for k, v in first.items() if k in again}   # read, not timed
+    assert all(L.SOURCES[k] == "cached" for k in again)
+    monkeypatch.setattr(L, "machine_key", lambda: "another machine")                    # another CPU: timed anew
+    monkeypatch.setattr(L, "_TUNED", {})
+    L.tune([L.Linear(torch.randn(16, 8))])
+    assert len(timed) == 3 and len(json.loads(L.cache_path().read_text())) == 2
+    L.cache_path().write_text("{not json")                                               # a broken file: timed, rewritten
+    monkeypatch.setattr(L, "_TUNED", {})
+    L.tune([L.Linear(torch.randn(16, 8))])
+    assert len(timed) == 4 and json.loads(L.cache_path().read_text())

@@ -22,9 +22,9 @@ oneDNN prepacked                                        0.85   0.89   0.91   0.9
 
 On the EPYC four rows cost 1.6× one row with ``x W`` and 1.1× with ``Wᵀ xᵀ``; on the Xeon
 ``x W`` costs 1.25× and ``Wᵀ xᵀ`` 2×: the opposite choice. So no fixed rule is right. The runner
-*measures*, once per process and matrix shape (:func:`tune`, about 0.8 s for the tiny target),
-the fastest kernel at each row bucket (:data:`ROW_BUCKETS`) and keeps only the weight copies the
-chosen kernels read. All give the same numbers up to float rounding (the engine's logits equal
+*measures*, once per machine and matrix shape (:func:`tune`, about 0.8 s for the tiny target, then
+read from a cache file), the fastest kernel at each row bucket (:data:`ROW_BUCKETS`) and keeps only
+the weight copies the chosen kernels read. All give the same numbers up to float rounding (the engine's logits equal
 Hugging Face's within 1e-4, tested). On a GPU, or before tuning, ``x W`` on the model's own
 layout is used and no copy is made. ``python -m labsupport.bench engine`` prints the choices and
 ``bench speculative`` the verification cost v(γ) they give on the machine at hand.
@@ -32,9 +32,14 @@ layout is used and no copy is made. ``python -m labsupport.bench engine`` prints
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import os
+import platform
 import statistics
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import torch
 
@@ -289,11 +294,61 @@ def _choose(linears: list[Linear], repeats: int) -> dict[int, str]:
                                     measure(linears, b, repeats=1, rounds=2)) for b in ROW_BUCKETS[1:]}}
 
 
+def cache_path() -> Path:
+    """The per-machine file of kernel choices: ``$LABSUPPORT_CACHE_DIR/linear-kernels.json``
+    (default ``~/.cache/labsupport``)."""
+    root = os.environ.get("LABSUPPORT_CACHE_DIR") or Path.home() / ".cache" / "labsupport"
+    return Path(root) / "linear-kernels.json"
+
+
+def machine_key() -> str:
+    """What a kernel choice depends on besides the shape: the CPU, the torch build and its math libraries."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    return f"{cpu} | {platform.machine()} | torch {torch.__version__} | mkldnn {torch.backends.mkldnn.is_available()}"
+
+
+def _cached() -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        stored = json.loads(cache_path().read_text())
+        return stored.get(machine_key(), {}) if isinstance(stored, dict) else {}
+    return {}
+
+
+def _store(key: tuple, choice: dict[int, str]) -> bool:
+    """Add one shape's choice to the machine's entry (written whole, then renamed); False if it cannot be written."""
+    path = cache_path()
+    try:
+        stored = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        stored = {}
+    stored = stored if isinstance(stored, dict) else {}
+    stored.setdefault(machine_key(), {})[repr(key)] = {str(b): k for b, k in choice.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
+        tmp.replace(path)
+        return True
+    except OSError:
+        return False
+
+
+#: Where each shape's choice came from in this process: ``"cached"`` (this machine's file), ``"measured"``
+#: (timed now and stored) or ``"measured, not stored"`` (the file could not be written).
+SOURCES: dict[tuple, str] = {}
+
+
 def tune(linears: Iterable[Linear], repeats: int = 3) -> dict[tuple, dict[int, str]]:
-    """Choose each matrix's kernel per row bucket by timing them (:func:`measure`: first the
-    one-row kernel, then each bucket's in alternation with it), once per process for each matrix
-    shape (later runners reuse the choices); drop the weight copies not chosen. Matrices on a
-    GPU, or with only one kernel, keep ``x W``.
+    """Choose each matrix's kernel per row bucket, **once per machine** for each matrix shape: from
+    this machine's cache file (:func:`cache_path`, keyed by :func:`machine_key`) when it holds the
+    shape, else by timing the kernels (:func:`measure`: first the one-row kernel, then each bucket's
+    in alternation with it) and storing the choice. Kernels round differently, so a choice timed
+    anew in each process could give a seeded request other tokens in another process; read from
+    one file, every process on the machine computes alike. Drop the weight copies not chosen.
+    Matrices on a GPU, or with only one kernel, keep ``x W``.
 
     Returns:
         ``{(shape, dtype, no bias, threads): {bucket: kernel}}`` for the shapes given.
@@ -302,9 +357,16 @@ def tune(linears: Iterable[Linear], repeats: int = 3) -> dict[tuple, dict[int, s
     for lin in linears:
         if len(lin.kernels) > 1:
             groups.setdefault(_key(lin), []).append(lin)
+    cached = _cached() if any(key not in _TUNED for key in groups) else {}
     for key, group in groups.items():
         if key not in _TUNED:
-            _TUNED[key] = _choose(group, repeats)
+            stored = cached.get(repr(key))
+            if isinstance(stored, dict) and all(k in group[0].kernels for k in stored.values()) and \
+                    {int(b) for b in stored} == set(ROW_BUCKETS):
+                _TUNED[key], SOURCES[key] = {int(b): k for b, k in stored.items()}, "cached"
+            else:
+                _TUNED[key] = _choose(group, repeats)
+                SOURCES[key] = "measured" if _store(key, _TUNED[key]) else "measured, not stored"
         for lin in group:
             lin.choose(_TUNED[key])
     return {key: dict(_TUNED[key]) for key in groups}
