@@ -378,3 +378,13 @@ def test_the_git_filter_says_no_notebook_in_one_line(stdin):
                           check=False)
     assert done.returncode == 1 and done.stdout == b""
     assert done.stderr.decode().count("\n") == 1 and "no valid notebook on stdin" in done.stderr.decode()
+
+
+def test_the_licences_are_stated_in_files_and_both_readmes():
+    """#52: an instructor adopting the course needs to know what they may do: code MIT, text and figures CC BY 4.0."""
+    assert "MIT License" in (ROOT / "LICENSE").read_text() and "Permission is hereby granted" in (ROOT / "LICENSE").read_text()
+    content = (ROOT / "LICENSE-CONTENT.md").read_text()
+    assert "CC BY 4.0" in content and "creativecommons.org/licenses/by/4.0" in content
+    for readme in ("README.md", "README.ko.md"):
+        text = (ROOT / readme).read_text()
+        assert "LICENSE-CONTENT.md" in text and "CC BY 4.0" in text and "MIT" in text, readme
