@@ -52,7 +52,7 @@ def make_tiny_lm(seed: int = 0, n_layer: int = 2, n_head: int = 2, n_embd: int =
     return LoadedModel(model=model, tokenizer=tok, device=torch.device("cpu"), name=f"random-{seed}")
 
 
-def prompts_for(lm, lengths, seed):
+def prompts_for(lm, lengths, seed=0):
     """Random prompts (token id lists) of the given lengths, from a seeded generator."""
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, lm.model.config.vocab_size, (n,), generator=g).tolist() for n in lengths]

@@ -13,6 +13,7 @@ import copy
 
 import pytest
 import torch
+from helpers import prompts_for
 
 from labsupport import speculative as spec
 from labsupport.beam import beam_search
@@ -56,12 +57,6 @@ def gpu_pair():
     return on_cuda(target), on_cuda(perturbed(target, 1, 0.25))
 
 
-def random_prompts(lm, lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    vocab = lm.model.config.vocab_size
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
-
-
 def full_logits(lm, ids):
     with torch.no_grad():
         return lm.model(torch.tensor([list(ids)], device=lm.device)).logits[0]
@@ -83,7 +78,7 @@ def solo(lm, prompt, n):
 # ---------------------------------------------------------------------------- the engine on the GPU
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 def test_engine_logits_equal_hf_on_cuda(gpu_lm, block_size):
-    prompts = random_prompts(gpu_lm, [5, 11, 1, 17], seed=block_size)
+    prompts = prompts_for(gpu_lm, [5, 11, 1, 17], seed=block_size)
     bm = BlockManager(num_blocks=256 // block_size + 8, block_size=block_size)
     runner = ModelRunner(gpu_lm, block_size, bm.num_blocks)
     assert runner.device.type == "cuda" and runner.kv_cache.is_cuda
@@ -103,7 +98,7 @@ def test_engine_logits_equal_hf_on_cuda(gpu_lm, block_size):
 
 def test_engine_logits_on_cuda_equal_cpu(tiny_lm, gpu_lm):
     """The same model on the two devices: the engine's logits agree to fp32 rounding."""
-    (p,) = random_prompts(tiny_lm, [13], seed=2)
+    (p,) = prompts_for(tiny_lm, [13], seed=2)
     outs = []
     for lm in (tiny_lm, gpu_lm):
         runner = ModelRunner(lm, 4, 16)
@@ -112,7 +107,7 @@ def test_engine_logits_on_cuda_equal_cpu(tiny_lm, gpu_lm):
 
 
 def test_greedy_engine_equals_model_generate_on_cuda(gpu_lm):
-    prompts = random_prompts(gpu_lm, [3, 9, 14, 6, 1], seed=11)
+    prompts = prompts_for(gpu_lm, [3, 9, 14, 6, 1], seed=11)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
     for p, o in zip(prompts, outs):
@@ -136,7 +131,7 @@ def test_greedy_generate_equals_transformers_on_cuda(gpu_lm):
 def test_preemption_on_cuda_keeps_outputs(gpu_lm, mode):
     """A pool too small for all: preempted sequences resume with identical tokens. With
     ``swap`` their blocks go to the CPU cache and come back to the GPU."""
-    prompts = random_prompts(gpu_lm, [5, 8, 12, 3, 7, 10], seed=12)
+    prompts = prompts_for(gpu_lm, [5, 8, 12, 3, 7, 10], seed=12)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=12, preemption_mode=mode, num_cpu_blocks=64,
                        record_history=True)
     outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=20)
@@ -163,7 +158,7 @@ def test_swap_moves_blocks_between_gpu_and_cpu(gpu_lm):
 
 
 def test_chunked_prefill_on_cuda(gpu_lm):
-    prompts = random_prompts(gpu_lm, [4, 30, 23], seed=31)
+    prompts = prompts_for(gpu_lm, [4, 30, 23], seed=31)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
                        max_num_batched_tokens=8, record_history=True)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=10)
@@ -174,8 +169,8 @@ def test_chunked_prefill_on_cuda(gpu_lm):
 
 
 def test_prefix_caching_on_cuda(gpu_lm):
-    (shared,) = random_prompts(gpu_lm, [13], seed=21)
-    prompts = [shared + t for t in random_prompts(gpu_lm, [3, 5, 2], seed=22)]
+    (shared,) = prompts_for(gpu_lm, [13], seed=21)
+    prompts = [shared + t for t in prompts_for(gpu_lm, [3, 5, 2], seed=22)]
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_prefix_caching=True)
     outs = engine.generate(prompts[:1], GREEDY, max_new_tokens=8) + engine.generate(prompts[1:], GREEDY,
                                                                                     max_new_tokens=8)
@@ -185,7 +180,7 @@ def test_prefix_caching_on_cuda(gpu_lm):
 
 
 def test_seeded_sampling_on_cuda_matches_generate(gpu_lm):
-    p, other = random_prompts(gpu_lm, [6, 9], seed=51)
+    p, other = prompts_for(gpu_lm, [6, 9], seed=51)
     params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
     ref = generate(gpu_lm, p, params, max_new_tokens=12, record=False).token_ids
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=32)

@@ -4,6 +4,7 @@ stream test (hypothesis); speculative-decoding hooks."""
 
 import pytest
 import torch
+from helpers import prompts_for
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -14,12 +15,6 @@ from labsupport.generation import generate
 from labsupport.sampling import GREEDY, SamplingParams
 
 GREEDY_NO_EOS = GREEDY.replace(ignore_eos=True)
-
-
-def random_prompts(lm, lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    vocab = lm.model.config.vocab_size
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
 _SOLO: dict = {}
@@ -46,7 +41,7 @@ def hf_generate(lm, prompt, n):
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 def test_logits_equal_hf_at_prefill_and_every_decode_step(tiny_lm, block_size):
     lengths = [5, 11, 1, 17]
-    prompts = random_prompts(tiny_lm, lengths, seed=block_size)
+    prompts = prompts_for(tiny_lm, lengths, seed=block_size)
     bm = BlockManager(num_blocks=256 // block_size + 8, block_size=block_size)
     runner = ModelRunner(tiny_lm, block_size, bm.num_blocks)
     seqs = {i: list(p) for i, p in enumerate(prompts)}
@@ -68,7 +63,7 @@ def test_logits_equal_hf_at_prefill_and_every_decode_step(tiny_lm, block_size):
 
 def test_logits_equal_hf_with_prefill_and_decode_rows_mixed(tiny_lm):
     """One forward holding a prefill chunk of one sequence and decode rows of others."""
-    p1, p2, p3 = random_prompts(tiny_lm, [9, 14, 20], seed=7)
+    p1, p2, p3 = prompts_for(tiny_lm, [9, 14, 20], seed=7)
     bm = BlockManager(num_blocks=32, block_size=4)
     runner = ModelRunner(tiny_lm, 4, 32)
     extend(runner, bm, {"a": p1, "b": p2})
@@ -94,7 +89,7 @@ def test_runner_rejects_non_gpt2_and_long_sequences(tiny_lm):
 
 # ---------------------------------------------------------------------------- speculative hooks
 def test_extend_and_rollback_for_draft_verification(tiny_lm):
-    prompt, drafts = random_prompts(tiny_lm, [7, 5], seed=3)
+    prompt, drafts = prompts_for(tiny_lm, [7, 5], seed=3)
     bm = BlockManager(num_blocks=16, block_size=4)
     runner = ModelRunner(tiny_lm, 4, 16)
     extend(runner, bm, {"s": prompt})
@@ -118,7 +113,7 @@ def test_extend_and_rollback_for_draft_verification(tiny_lm):
 
 # ---------------------------------------------------------------------------- greedy = model.generate
 def test_greedy_equals_model_generate(tiny_lm):
-    prompts = random_prompts(tiny_lm, [3, 9, 14, 6, 1], seed=11)
+    prompts = prompts_for(tiny_lm, [3, 9, 14, 6, 1], seed=11)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
     for p, o in zip(prompts, outs):
@@ -129,7 +124,7 @@ def test_greedy_equals_model_generate(tiny_lm):
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_greedy_equals_model_generate_under_preemption(tiny_lm, mode):
-    prompts = random_prompts(tiny_lm, [5, 8, 12, 3, 7, 10], seed=12)
+    prompts = prompts_for(tiny_lm, [5, 8, 12, 3, 7, 10], seed=12)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=12, preemption_mode=mode, num_cpu_blocks=64)
     outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=20)
     assert sum(o.metrics.num_preemptions for o in outs) > 0
@@ -140,8 +135,8 @@ def test_greedy_equals_model_generate_under_preemption(tiny_lm, mode):
 
 
 def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
-    (shared,) = random_prompts(tiny_lm, [13], seed=21)
-    tails = random_prompts(tiny_lm, [3, 5, 2], seed=22)
+    (shared,) = prompts_for(tiny_lm, [13], seed=21)
+    tails = prompts_for(tiny_lm, [3, 5, 2], seed=22)
     prompts = [shared + t for t in tails]
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, enable_prefix_caching=True, record_history=True)
     first = engine.generate(prompts[:1], GREEDY, max_new_tokens=8)
@@ -154,7 +149,7 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
 
 
 def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
-    prompts = random_prompts(tiny_lm, [4, 30, 23], seed=31)
+    prompts = prompts_for(tiny_lm, [4, 30, 23], seed=31)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
                        max_num_batched_tokens=8, record_history=True)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=10)
@@ -169,7 +164,7 @@ def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
 # ---------------------------------------------------------------------------- preemption keeps every output
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_preemption_keeps_every_output(tiny_lm, mode):
-    prompts = random_prompts(tiny_lm, [6, 6, 6, 6], seed=16)
+    prompts = prompts_for(tiny_lm, [6, 6, 6, 6], seed=16)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=10, preemption_mode=mode, num_cpu_blocks=16)
     outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=12)
     assert sum(o.metrics.num_preemptions for o in outs) > 0            # the pool forced preemption
@@ -184,7 +179,7 @@ def test_preemption_keeps_every_output(tiny_lm, mode):
 
 # ---------------------------------------------------------------------------- requests that can never fit
 def test_request_that_never_fits_errors_at_once_and_others_go_on(tiny_lm):
-    prompts = random_prompts(tiny_lm, [5, 40, 6], seed=41)
+    prompts = prompts_for(tiny_lm, [5, 40, 6], seed=41)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8)           # 32 slots
     ids = [engine.add_request(p, GREEDY_NO_EOS, max_tokens=6) for p in prompts]
     first = {o.request_id: o for o in engine.step()}
@@ -224,7 +219,7 @@ def test_bad_input_raises_value_error(tiny_lm):
 
 # ---------------------------------------------------------------------------- sampling, fork, stop, metrics
 def test_seeded_sampling_matches_generate_and_ignores_batch_mates(tiny_lm):
-    p, other = random_prompts(tiny_lm, [6, 9], seed=51)
+    p, other = prompts_for(tiny_lm, [6, 9], seed=51)
     params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
     ref = generate(tiny_lm, p, params, max_new_tokens=12, record=False).token_ids
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
@@ -235,7 +230,7 @@ def test_seeded_sampling_matches_generate_and_ignores_batch_mates(tiny_lm):
 
 
 def test_parallel_sampling_shares_prompt_blocks_copy_on_write(tiny_lm):
-    (p,) = random_prompts(tiny_lm, [6], seed=61)
+    (p,) = prompts_for(tiny_lm, [6], seed=61)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32, record_history=True)
     outs = engine.generate([p], GREEDY_NO_EOS.replace(n=3), max_new_tokens=5)
     assert [o.request_id for o in outs] == ["0", "0.1", "0.2"]
@@ -250,7 +245,7 @@ def test_parallel_sampling_shares_prompt_blocks_copy_on_write(tiny_lm):
 
 def test_stop_string_cuts_text(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
-    (p,) = random_prompts(tiny_lm, [5], seed=71)
+    (p,) = prompts_for(tiny_lm, [5], seed=71)
     full = engine.generate([p], GREEDY_NO_EOS, max_new_tokens=12)[0]
     half = len(full.text) // 2                  # a stop string from the second half, not blank (a fixed seed: always found)
     stop = next(full.text[i:i + 3] for i in range(half, len(full.text) - 2) if full.text[i:i + 3].strip())
@@ -264,7 +259,7 @@ def test_metrics_with_a_virtual_clock(tiny_lm):
 
     ticks = iter(range(1000))
     engine = LLMEngine(tiny_lm, EngineConfig(block_size=4, num_blocks=32, clock=lambda: float(next(ticks))))
-    a, b = random_prompts(tiny_lm, [4, 4], seed=81)
+    a, b = prompts_for(tiny_lm, [4, 4], seed=81)
     engine.add_request(a, GREEDY_NO_EOS, max_tokens=3)             # arrives at t=0
     engine.add_request(b, GREEDY_NO_EOS, max_tokens=5)             # t=1
     outs = engine.run()                                                # steps stamp t=2,3,4,5,6
@@ -345,7 +340,7 @@ def test_random_request_streams(tiny_lm, requests, block_size, pool_tokens, mode
 
 # ---------------------------------------------------------------------------- pool recycling through the engine, fork, snapshots
 def test_sequential_requests_recycle_the_pool(tiny_lm):
-    prompts = random_prompts(tiny_lm, [6] * 11, seed=15)
+    prompts = prompts_for(tiny_lm, [6] * 11, seed=15)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
     bm = engine.block_manager
     for p in prompts[:10]:
@@ -361,7 +356,7 @@ def test_sequential_requests_recycle_the_pool(tiny_lm):
 
 
 def test_fork_a_decoding_request(tiny_lm):
-    (p,) = random_prompts(tiny_lm, [5], seed=91)
+    (p,) = prompts_for(tiny_lm, [5], seed=91)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
     rid = engine.add_request(p, GREEDY_NO_EOS, max_tokens=8)
     engine.step()
@@ -378,7 +373,7 @@ def test_fork_a_decoding_request(tiny_lm):
 
 
 def test_snapshot_describes_queues_and_pool(tiny_lm):
-    prompts = random_prompts(tiny_lm, [6, 6, 6], seed=92)
+    prompts = prompts_for(tiny_lm, [6, 6, 6], seed=92)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=6, max_num_seqs=2, record_history=True)
     for p in prompts:
         engine.add_request(p, GREEDY_NO_EOS, max_tokens=6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import prompts_for
 
 from labsupport.engine import EngineConfig, LLMEngine
 from labsupport.generation import generate
@@ -17,13 +18,8 @@ def solo(lm, prompt, n):
     return generate(lm, list(prompt), GREEDY_NO_EOS, max_new_tokens=n, record=False).token_ids
 
 
-def _prompts(lm, lengths, seed):
-    rng = random.Random(seed)
-    return [[rng.randrange(lm.model.config.vocab_size) for _ in range(n)] for n in lengths]
-
-
 def test_abort_in_every_state_frees_blocks_and_leaves_others_unchanged(tiny_lm):
-    prompts = _prompts(tiny_lm, [6, 30, 5, 7], seed=3)
+    prompts = prompts_for(tiny_lm, [6, 30, 5, 7], seed=3)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=14, max_num_seqs=3, enable_chunked_prefill=True,
                        max_prefill_chunk=8, preemption_mode="swap", num_cpu_blocks=16)
     ids = [engine.add_request(p, GREEDY_NO_EOS, max_tokens=10) for p in prompts]
@@ -49,7 +45,7 @@ def test_abort_in_every_state_frees_blocks_and_leaves_others_unchanged(tiny_lm):
 def test_random_aborts_keep_survivors_identical_and_pool_whole(tiny_lm):
     rng = random.Random(11)
     for trial in range(6):
-        prompts = _prompts(tiny_lm, [rng.randint(1, 20) for _ in range(6)], seed=100 + trial)
+        prompts = prompts_for(tiny_lm, [rng.randint(1, 20) for _ in range(6)], seed=100 + trial)
         engine = LLMEngine(tiny_lm, block_size=4, num_blocks=rng.randint(10, 24), max_num_seqs=4,
                            enable_chunked_prefill=rng.random() < 0.5, max_prefill_chunk=6,
                            enable_prefix_caching=rng.random() < 0.5,
@@ -79,7 +75,7 @@ def test_random_aborts_keep_survivors_identical_and_pool_whole(tiny_lm):
 
 def test_every_eos_id_of_the_model_stops_a_request(tiny_lm):
     for seed in range(50):                                             # a prompt whose greedy run changes token
-        prompt = _prompts(tiny_lm, [8], seed=seed)[0]
+        prompt = prompts_for(tiny_lm, [8], seed=seed)[0]
         free_run = solo(tiny_lm, prompt, 12)
         k = next((i for i in range(1, len(free_run)) if free_run[i] not in free_run[:i]), None)
         if k is not None:

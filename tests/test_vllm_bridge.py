@@ -11,20 +11,16 @@ import sys
 
 import pytest
 import torch
+from helpers import prompts_for
 
 from labsupport import vllm_bridge
 from labsupport.engine import LLMEngine
 from labsupport.sampling import GREEDY
 
 
-def _prompts(lm, lengths, seed):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, lm.model.config.vocab_size, (n,), generator=g).tolist() for n in lengths]
-
-
 @pytest.mark.parametrize("window", [1, 2, 5])
 def test_drive_equals_engine_generate_for_any_window(tiny_lm, window):
-    prompts = _prompts(tiny_lm, [3, 7, 12, 5, 9], seed=1)
+    prompts = prompts_for(tiny_lm, [3, 7, 12, 5, 9], seed=1)
     lengths = [6, 2, 9, 4, 7]
     reqs = vllm_bridge.requests_for(prompts, lengths)
     run = vllm_bridge.drive(LLMEngine(tiny_lm, block_size=4, num_blocks=64), reqs, window)
@@ -41,7 +37,7 @@ def test_drive_equals_engine_generate_for_any_window(tiny_lm, window):
 
 
 def test_first_divergence_reports_position_and_gap(tiny_lm):
-    (p,) = _prompts(tiny_lm, [6], seed=2)
+    (p,) = prompts_for(tiny_lm, [6], seed=2)
     req = vllm_bridge.requests_for([p], 5)
     ours = vllm_bridge.drive(LLMEngine(tiny_lm, block_size=4, num_blocks=16), req)["outputs"]
     assert vllm_bridge.first_divergence(tiny_lm, req, ours, ours) == []
