@@ -112,6 +112,8 @@ def test_a_korean_deck_speaks_korean(tmp_path):
     en_html = export(src, tmp_path / "slides", execute=False).read_text(encoding="utf-8")
     ko_html = export(ko_src, tmp_path / "slides-ko", execute=False).read_text(encoding="utf-8")
     assert '<html lang="en">' in en_html and '<html lang="ko">' in ko_html
+    # Korean wraps between words (the rule applies to the lang="ko" page only: the English one ignores it)
+    assert re.search(r":lang\(ko\) \.reveal \.jp-RenderedHTMLCommon[^{]*\{[^}]*word-break: keep-all", ko_html)
 
     def has_badge(page: str, text: str) -> bool:        # the template writes it as a JSON string (\u escapes)
         return json.dumps(text) in page or json.dumps(text, ensure_ascii=False) in page
