@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 def lazy_face(package: str, names: Mapping[str, str], namespace: dict) -> tuple[Callable, Callable]:
     """``(__getattr__, __dir__)`` for ``package`` whose ``names`` map each public name to the submodule
     defining it; a resolved name is stored in ``namespace`` (the package's globals), so it is looked up once.
+    The package's ``__all__`` becomes its own eager names (a literal ``__all__`` written before the call, if
+    any) and the lazy ones, sorted.
 
     Raises (from the returned ``__getattr__``):
         AttributeError: a name the face does not list.
@@ -30,4 +32,5 @@ def lazy_face(package: str, names: Mapping[str, str], namespace: dict) -> tuple[
     def __dir__() -> list[str]:
         return sorted(set(namespace) | set(names))
 
+    namespace["__all__"] = sorted({*namespace.get("__all__", ()), *names})
     return __getattr__, __dir__

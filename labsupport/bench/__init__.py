@@ -31,4 +31,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "weight_pass_seconds": "engine",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted(_FACE)]

@@ -59,4 +59,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "tree_ancestors": "attention",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted({*__all__, *_FACE})]

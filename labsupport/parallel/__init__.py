@@ -40,4 +40,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "weights_from_model": "tensor",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted({*__all__, *_FACE})]

@@ -17,7 +17,7 @@ __all__ = [
     "quantize_kv", "quantize_model", "relative_error", "score", "top1_agreement",
 ]
 
-from .._faces import lazy_face  # noqa: E402
+from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "at_scale": "scale",
@@ -29,4 +29,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "plant_outlier": "outliers",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted({*__all__, *_FACE})]

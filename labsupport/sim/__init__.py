@@ -10,4 +10,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "state_matrix": "timeline",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted(_FACE)]

@@ -13,4 +13,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "timing_figure": "kv",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted(_FACE)]

@@ -27,4 +27,3 @@ _FACE = {                  # what the chapters use: imported on first use (labsu
     "variants_panel": "speculative_variants",
 }
 __getattr__, __dir__ = lazy_face(__name__, _FACE, globals())
-__all__ = [*sorted(_FACE)]
