@@ -33,6 +33,7 @@ layout is used and no copy is made. ``python -m labsupport.bench engine`` prints
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -301,8 +302,10 @@ def cache_path() -> Path:
     return Path(root) / "linear-kernels.json"
 
 
+@functools.cache
 def machine_key() -> str:
-    """What a kernel choice depends on besides the shape: the CPU, the torch build and its math libraries."""
+    """What a kernel choice depends on besides the shape: the CPU, the torch build and its math libraries
+    (read once per process)."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
