@@ -24,8 +24,8 @@ def test_abort_in_every_state_frees_blocks_and_leaves_others_unchanged(tiny_lm):
                        max_prefill_chunk=8, preemption_mode="swap", num_cpu_blocks=16)
     ids = [engine.add_request(p, GREEDY_NO_EOS, max_tokens=10) for p in prompts]
     engine.step()
-    assert engine.requests[ids[1]].seq.num_computed_tokens < 30          # mid chunked prefill
-    assert engine.requests[ids[3]].seq.status == "waiting"
+    assert engine.requests[ids[1]].num_computed_tokens < 30          # mid chunked prefill
+    assert engine.requests[ids[3]].status == "waiting"
     aborted = engine.abort_request([ids[1], ids[3]])                     # running-in-prefill and waiting
     assert [o.request_id for o in aborted] == [ids[1], ids[3]]
     assert all(o.finished and o.finish_reason == "abort" for o in aborted)
@@ -58,7 +58,7 @@ def test_random_aborts_keep_survivors_identical_and_pool_whole(tiny_lm):
                 if o.finished:
                     done[o.request_id] = o
             engine.block_manager.audit()
-            live = [r for r in doomed if not engine.requests[r].seq.is_finished]
+            live = [r for r in doomed if not engine.requests[r].is_finished]
             if live and rng.random() < 0.4:
                 engine.abort_request(live[0])
                 doomed.discard(live[0])
@@ -67,7 +67,7 @@ def test_random_aborts_keep_survivors_identical_and_pool_whole(tiny_lm):
             o = engine.output(rid)
             assert o.finished
             if o.finish_reason != "abort":
-                assert o.token_ids == solo(tiny_lm, p, engine.requests[rid].seq.max_new_tokens)
+                assert o.token_ids == solo(tiny_lm, p, engine.requests[rid].max_new_tokens)
         bm = engine.block_manager
         assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_evictable_blocks == bm.num_blocks
         assert bm.num_free_cpu_blocks == bm.num_cpu_blocks

@@ -99,7 +99,7 @@ def test_layerwise_streaming_assembles_the_same_kv(lm):
         eng.add_request(p, GREEDY, 1, str(i))
         eng.run()
     conn.close()
-    assert eng.requests["2"].seq.num_prefix_hit_tokens == 20                    # the prefix-hit path was taken
+    assert eng.requests["2"].num_prefix_hit_tokens == 20                    # the prefix-hit path was taken
     assembler, done, pieces = LayerAssembler(), {}, 0
     while recv_end.poll(0.5):
         payload = assembler.add(recv_blocks(recv_end, 1.0))
@@ -136,7 +136,7 @@ def test_add_prefilled_request_checks_before_changing_anything(lm):
     busy = eng.add_prefilled_request([1, 2, 3], 7, good[:, :, :3], GREEDY, 4)    # running: max_num_seqs=1 is full
     with pytest.raises(NoFreeBlocksError):                                       # room later, not never
         eng.add_prefilled_request([4, 5, 6], 7, good[:, :, :3], GREEDY, 4)
-    assert eng.requests[busy].seq.status.name == "RUNNING" and len(eng.requests) == 3
+    assert eng.requests[busy].status.name == "RUNNING" and len(eng.requests) == 3
 
 
 @pytest.mark.slow
@@ -295,7 +295,7 @@ def test_routing_hit_rates_are_computed_from_the_replicas(lm):
         reps = Router.make_replicas(lm, 2, block_size=4, num_blocks=20, max_num_seqs=4)
         st = Router(reps, policy).run(work)
         for rid, i in st.replica.items():                                      # each number from its engine
-            assert st.hit_tokens[rid] == reps[i].requests[rid].seq.num_prefix_hit_tokens
+            assert st.hit_tokens[rid] == reps[i].requests[rid].num_prefix_hit_tokens
             assert st.ttft[rid] == reps[i].requests[rid].metrics.ttft > 0
         assert st.hit_rate == sum(st.hit_tokens.values()) / sum(len(p) for _, p, _ in work)
         stats[policy] = st

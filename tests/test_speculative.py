@@ -13,6 +13,7 @@ import torch
 from helpers import shipped_tokenizer
 
 from labsupport.bench.speculative import measure_costs
+from labsupport.engine.sequence import Sequence
 from labsupport.generation import generate
 from labsupport.models import LoadedModel
 from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits
@@ -307,7 +308,8 @@ def test_greedy_fast_path_equals_general_verification():
         best = logits.argmax(-1)
         drafts = [int(best[i]) if torch.rand(1, generator=g) < 0.6 else int(torch.randint(V, (1,), generator=g))
                   for i in range(k)]
-        s = SpecSequence("0", [1], [2], GREEDY, None, StopRule.from_params(GREEDY, (), 9), 9, SpecStats(4))
+        s = SpecSequence(Sequence("0", [1], 9, [2], params=GREEDY, stop_rule=StopRule.from_params(GREEDY, (), 9)),
+                         SpecStats(4))
         rec, path = verify_draft(logits, Draft(drafts), s)
         assert path == list(range(1, rec.num_accepted + 1))
         p = torch.nn.functional.one_hot(best, V).float().unsqueeze(0)
@@ -508,8 +510,8 @@ def test_draft_tokens_runs_sequences_in_lockstep_and_keeps_q_only_when_needed():
         return {k: W[v[-1]] for k, v in feed.items()}
 
     def seq(rid, history, params, generator=None):
-        return SpecSequence(rid, history[:1], history[1:], params, generator, StopRule.from_params(params, (), 99),
-                            99, SpecStats(3))
+        return SpecSequence(Sequence(rid, history[:1], 99, history[1:], params=params,
+                                     stop_rule=StopRule.from_params(params, (), 99)), SpecStats(3), generator)
 
     seqs = [seq("a", [1, 2, 3, 4], GREEDY), seq("b", [5], SamplingParams(temperature=1.0), torch.Generator().manual_seed(0)),
             seq("c", [6], GREEDY)]

@@ -456,7 +456,7 @@ def test_engine_structured_output_survives_preemption_and_chunked_prefill(tiny_l
         for o in outs:
             jsonschema.validate(json.loads(o.text), ENGINE_SCHEMA)
     for rid, req in engine.requests.items():      # the cached state is the replayed one
-        assert req.grammar_state() == req.grammar.state_after(req.seq.output_ids), rid
+        assert req.grammar_state() == req.grammar.state_after(req.output_ids), rid
 
 
 def test_engine_equals_generate_with_structured_output(tiny_lm):

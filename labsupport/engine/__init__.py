@@ -4,8 +4,8 @@ meets them:
 * ``engine`` — ``LLMEngine.step()``: schedule → move blocks → run the model → sample → finish;
   ``intake`` — how a request comes in and goes out (``add_request``, ``add_prefilled_request``,
   ``abort_request``, ``fork``); ``config`` — ``EngineConfig``, vLLM's setting names, checked once.
-* ``request`` (the request: sampling settings, stop rule, grammar, metrics) around ``sequence`` (its
-  tokens and status, what the scheduler queues).
+* ``sequence`` — the request inside the engine, one object: its tokens and status (what the scheduler
+  queues) and its sampling settings, stop rule, generator, grammar cursor and metrics.
 * ``scheduler`` — continuous batching, preemption (recompute or swap), chunked prefill; it owns the queues.
 * ``block_manager`` — block tables, copy-on-write, the slot mapping; on ``block_pool`` (physical blocks,
   ref counts, the prefix-cache index) and ``swap_space`` (CPU blocks, preemption by swap).

@@ -35,7 +35,6 @@ from .config import EngineConfig, make_config
 from .intake import RequestIntake
 from .model_runner import ModelRunner
 from .outputs import EngineSnapshot, RequestOutput
-from .request import Request
 from .sampler import SampleRow, sample_rows
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import Sequence as Seq
@@ -81,7 +80,7 @@ class LLMEngine(RequestIntake):
                                    self.block_manager)
         self.eos_token_ids = model_eos_ids(model, self.tokenizer)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(cfg.seed)
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, Seq] = {}
         self.history: list[EngineSnapshot] = []
         self.step_count = 0
         self._ids = itertools.count()
@@ -128,11 +127,11 @@ class LLMEngine(RequestIntake):
         now, why = self.config.clock(), f"the engine step failed: {type(err).__name__}: {err}"
         self._reported = reported + self._reported
         for rid in dict.fromkeys(seq_ids):
-            req = self.requests.get(rid)
-            if req is None or req.seq.is_finished:
+            seq = self.requests.get(rid)
+            if seq is None or seq.is_finished:
                 continue
-            self.scheduler.finish(req.seq, "error")
-            req.seq.error, req.metrics.finish_time = why, now
+            self.scheduler.finish(seq, "error")
+            seq.error, seq.metrics.finish_time = why, now
             self._reported.append(rid)
 
     def _run_step(self, out: SchedulerOutput, reported: list[str]) -> list[RequestOutput]:
@@ -149,18 +148,18 @@ class LLMEngine(RequestIntake):
         rows = self._rows_to_sample(out, now)                                  # 4. sample
         rows, masks, failed = self._grammar_masks(rows, now)                   # structured output: per-request masks
         reported += failed
-        tokens = sample_rows(logits, [SampleRow(i, r.params, r.generator, r.seq.token_ids, len(r.seq.prompt_ids),
+        tokens = sample_rows(logits, [SampleRow(i, r.params, r.generator, r.token_ids, len(r.prompt_ids),
                                                 r.stop_rule.end_ids) for i, r in rows], masks)
         finished = self._append_and_finish(rows, tokens, now)                  # 5. finish
         for rid in out.preempted:
-            self.requests[rid].metrics.num_preemptions = self.requests[rid].seq.num_preemptions
+            self.requests[rid].metrics.num_preemptions = self.requests[rid].num_preemptions
         self.step_count += 1
         self._last, self._last_finished = out, finished + reported
         if self.config.record_history:
             self.history.append(self.snapshot())
-        return [self.output(rid) for rid in reported + [r.seq.seq_id for _, r in rows]]
+        return [self.output(rid) for rid in reported + [r.seq_id for _, r in rows]]
 
-    def _grammar_masks(self, rows: list[tuple[int, Request]], now: float):
+    def _grammar_masks(self, rows: list[tuple[int, Seq]], now: float):
         """Each row's allowed-token mask (``None`` without a grammar). A grammar that cannot go on
         (e.g. a pushdown grammar with too many parses at once) ends its own request with
         ``finish_reason="error"`` and the message; the other requests go on."""
@@ -168,68 +167,69 @@ class LLMEngine(RequestIntake):
         for row in rows:
             req = row[1]
             mask = None if req.grammar is None else \
-                self._mask_or_fail(req, req.grammar_state(), req.seq.max_new_tokens - len(req.seq.output_ids), now)
+                self._mask_or_fail(req, req.grammar_state(), req.max_new_tokens - len(req.output_ids), now)
             if req.grammar is not None and mask is None:
-                failed.append(req.seq.seq_id)
+                failed.append(req.seq_id)
                 continue
             kept.append(row)
             masks.append(mask)
         return kept, masks, failed
 
-    def _mask_or_fail(self, req: Request, state: int, tokens_left: int, now: float) -> torch.Tensor | None:
+    def _mask_or_fail(self, req: Seq, state: int, tokens_left: int, now: float) -> torch.Tensor | None:
         """``req``'s grammar mask at ``state``, or None once the grammar raised: the request is then
         finished with ``"error"`` and the message (its blocks freed)."""
         try:
             return req.grammar.allowed_token_mask(state, tokens_left)
         except ValueError as err:
             self._finish_request(req, "error", now)
-            req.seq.error = f"structured output: {err}"
+            req.error = f"structured output: {err}"
             return None
 
-    def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, Request]]:
+    def _rows_to_sample(self, out: SchedulerOutput, now: float) -> list[tuple[int, Seq]]:
         """``(logits row, request)`` for every sequence whose prompt is complete; a request with
         ``n > 1`` forks its other samples here, once its prompt is computed (they share its row)."""
-        rows: list[tuple[int, Request]] = []
+        rows: list[tuple[int, Seq]] = []
         for i, s in enumerate(out.scheduled):
-            req = self.requests[s.seq.seq_id]
+            req = s.seq
             if req.metrics.first_scheduled_time is None:
                 req.metrics.first_scheduled_time = now
             if not s.completes_prompt:
                 continue
             rows.append((i, req))
-            if req.params.n > 1 and not req.forked and not req.seq.output_ids:
+            if req.params.n > 1 and not req.forked and not req.output_ids:
                 children = [self.requests[c] for c in self._fork(req, req.params.n - 1)]
-                rows += [(i, c) for c in children if c.seq.status == SequenceStatus.RUNNING]
+                rows += [(i, c) for c in children if c.status == SequenceStatus.RUNNING]
         return rows
 
-    def _append_and_finish(self, rows: list[tuple[int, Request]], tokens: list[int], now: float) -> list[str]:
+    def _append_and_finish(self, rows: list[tuple[int, Seq]], tokens: list[int], now: float) -> list[str]:
         finished = []
-        for (_, req), token in zip(rows, tokens):
-            seq = req.seq
-            if req.grammar is not None:                                # advance before appending
-                req.cursor.advance(seq.output_ids, token)
+        for (_, seq), token in zip(rows, tokens):
+            if seq.grammar is not None:                                # advance before appending
+                seq.cursor.advance(seq.output_ids, token)
             seq.output_ids.append(token)
-            req.metrics.token_times.append(now)
-            if req.metrics.first_token_time is None:
-                req.metrics.first_token_time = now
-            reason = req.stop_rule.check(seq.output_ids, self.tokenizer.decode if self.tokenizer else None)
+            seq.metrics.token_times.append(now)
+            if seq.metrics.first_token_time is None:
+                seq.metrics.first_token_time = now
+            reason = seq.stop_rule.check(seq.output_ids, self.tokenizer.decode if self.tokenizer else None)
             if reason is not None:
-                self._finish_request(req, reason, now)
+                self._finish_request(seq, reason, now)
                 finished.append(seq.seq_id)
         return finished
 
-    def _finish_request(self, req: Request, reason: str, now: float) -> None:
+    def _finish_request(self, seq: Seq, reason: str, now: float) -> None:
         """A request ends with ``reason``: the KV connector sees it first (e.g. ships its KV to a decode
         engine), then its blocks are freed."""
         if self.kv_connector is not None:
-            self.kv_connector.request_finished(self, req.seq, self.block_manager.block_table(req.seq.seq_id))
-        self.scheduler.finish(req.seq, reason)
-        req.metrics.finish_time = now
+            self.kv_connector.request_finished(self, seq, self.block_manager.block_table(seq.seq_id))
+        self.scheduler.finish(seq, reason)
+        seq.metrics.finish_time = now
 
     def _fail(self, seq: Seq, why: str, now: float) -> None:
-        """A request that can never run finishes at once with ``"error"`` (reported by the next step)."""
-        seq.finish_reason, seq.error, seq.status = "error", why, SequenceStatus.FINISHED
-        self.requests[seq.seq_id].metrics.finish_time = now
+        """A request that can never run finishes at once with ``"error"`` (reported by the next step);
+        the scheduler drops it if it was queued."""
+        self.scheduler.finish(seq, "error")
+        seq.error = why
+        seq.metrics.finish_time = now
         self._reported.append(seq.seq_id)
 
     def output(self, request_id: str) -> RequestOutput:
@@ -238,15 +238,14 @@ class LLMEngine(RequestIntake):
         Raises:
             ValueError: unknown id.
         """
-        req = self.requests.get(request_id)
-        if req is None:
+        seq = self.requests.get(request_id)
+        if seq is None:
             raise ValueError(f"request_id {request_id!r} is unknown")
-        seq = req.seq
         ids, reason = list(seq.output_ids), seq.finish_reason
-        decode = (lambda: req.stop_rule.text(ids, reason, self.tokenizer.decode)) if self.tokenizer else (lambda: "")
-        return RequestOutput(request_id=request_id, prompt=req.prompt, prompt_ids=list(seq.prompt_ids),
+        decode = (lambda: seq.stop_rule.text(ids, reason, self.tokenizer.decode)) if self.tokenizer else (lambda: "")
+        return RequestOutput(request_id=request_id, prompt=seq.prompt, prompt_ids=list(seq.prompt_ids),
                              token_ids=ids, finished=reason is not None, finish_reason=reason,
-                             error=seq.error, metrics=req.metrics, decode_text=decode)
+                             error=seq.error, metrics=seq.metrics, decode_text=decode)
 
     # ------------------------------------------------------------------ whole runs
     def run(self) -> list[RequestOutput]:

@@ -2,7 +2,7 @@
 takes one out between steps — ``add_request`` (checks, the context window, admission), ``add_prefilled_request``
 (disaggregated serving), ``abort_request`` and ``fork`` (parallel sampling). The step loop itself is in
 ``engine.py``; the queues belong to the :class:`~labsupport.engine.scheduler.Scheduler`, which these methods
-ask to place a request (``add``, ``admit_prefilled``, ``add_running_after``, ``add_waiting_at``).
+ask to place a request (``add``, ``start_running``, ``add_running_after``, ``add_waiting_at``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from ..validation import check_int, check_token_ids, check_type, is_real, rename
 from .block_pool import NoFreeBlocksError
 from .metrics import RequestMetrics
 from .outputs import RequestOutput
-from .request import Request
 from .sequence import Sequence as Seq
 from .sequence import SequenceStatus
 
@@ -79,10 +78,10 @@ class RequestIntake:
         grammar = self._grammar(params)                             # compiled (bounded) before admission
         if grammar is not None:
             grammar.check_budget(max_new)
-        seq = Seq(request_id, ids, max_new)
-        req = Request(seq, params, text, self._generator_for(params, 0), stop_rule,
-                      RequestMetrics(now if arrival_time is None else arrival_time), next(self._order), grammar=grammar)
-        self.requests[request_id] = req
+        seq = Seq(request_id, ids, max_new, params=params, prompt=text, generator=self._generator_for(params, 0),
+                  stop_rule=stop_rule, metrics=RequestMetrics(now if arrival_time is None else arrival_time),
+                  order=next(self._order), grammar=grammar)
+        self.requests[request_id] = seq
         if problem is not None:
             self._fail(seq, problem, now)
         else:
@@ -146,18 +145,17 @@ class RequestIntake:
         if len(self.scheduler.running) >= self.config.max_num_seqs or not bm.can_allocate(ids):
             raise NoFreeBlocksError(f"no room for a prefilled request of {len(ids)} tokens now")
         rid = self.add_request(ids, params, max_tokens, request_id, arrival_time)
-        req = self.requests[rid]
-        seq = req.seq
+        seq = self.requests[rid]
         if seq.is_finished:                                       # could never fit: finished with "error"
             return rid
         cached = bm.allocate(rid, ids)
         r.write_kv(bm.block_table(rid), kv[:, :, cached:], start=cached)
         bm.mark_computed(rid, len(ids))
         seq.num_prefix_hit_tokens, seq.num_computed_tokens = cached, len(ids)
-        self.scheduler.admit_prefilled(seq)
+        self.scheduler.start_running(seq)
         now = self.config.clock() if first_token_time is None else first_token_time
-        req.metrics.first_scheduled_time = now
-        if self._append_and_finish([(0, req)], [first], now):
+        seq.metrics.first_scheduled_time = now
+        if self._append_and_finish([(0, seq)], [first], now):
             self._reported.append(rid)
         return rid
 
@@ -185,11 +183,11 @@ class RequestIntake:
             raise ValueError(f"request_id {unknown[0]!r} is unknown")
         now, outs = self.config.clock(), []
         for rid in ids:
-            req = self.requests[rid]
-            if req.seq.is_finished:
+            seq = self.requests[rid]
+            if seq.is_finished:
                 continue
-            self.scheduler.finish(req.seq, "abort")
-            req.metrics.finish_time = now
+            self.scheduler.finish(seq, "abort")
+            seq.metrics.finish_time = now
             outs.append(self.output(rid))
         return outs
 
@@ -228,40 +226,40 @@ class RequestIntake:
                 not decoding right now.
         """
         n = check_int("n", n, 1)
-        req = self.requests.get(request_id)
-        if req is None:
+        seq = self.requests.get(request_id)
+        if seq is None:
             raise ValueError(f"request_id {request_id!r} is unknown")
-        seq = req.seq
         if seq.status != SequenceStatus.RUNNING or seq.is_prefill or not self.block_manager.has_seq(seq.seq_id):
             raise ValueError(f"request {request_id!r} must be running and decoding to fork, it is {seq.status}")
-        return self._fork(req, n)
+        return self._fork(seq, n)
 
-    def _fork(self, req: Request, n: int, share_blocks: bool = True) -> list[str]:
-        """``n`` children of ``req``: sharing its blocks while the batch has room, else waiting at
+    def _fork(self, parent: Seq, n: int, share_blocks: bool = True) -> list[str]:
+        """``n`` children of ``parent``: sharing its blocks while the batch has room, else waiting at
         the front of the queue (always, with ``share_blocks=False``: each is prefilled on its own)."""
-        parent, new_ids = req.seq, []
+        new_ids = []
         last_running, waiting_at = parent, 0                          # children that wait go first in line
         for _ in range(n):
-            k = len(req.children) + 1                             # sample index: seed + k
+            k = len(parent.children) + 1                             # sample index: seed + k
             suffix = k
             while f"{parent.seq_id}.{suffix}" in self.requests:
                 suffix += 1
             child_id = f"{parent.seq_id}.{suffix}"
-            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids))
+            child = Seq(child_id, list(parent.prompt_ids), parent.max_new_tokens, list(parent.output_ids),
+                        params=parent.params, prompt=parent.prompt, generator=self._generator_for(parent.params, k),
+                        stop_rule=parent.stop_rule,
+                        metrics=replace(parent.metrics, token_times=list(parent.metrics.token_times)),
+                        order=next(self._order), forked=True, grammar=parent.grammar,
+                        cursor=None if parent.cursor is None else parent.cursor.copy())
             if share_blocks and len(self.scheduler.running) < self.config.max_num_seqs:   # share the parent's blocks
-                child.status, child.num_computed_tokens = SequenceStatus.RUNNING, parent.num_computed_tokens
+                child.num_computed_tokens = parent.num_computed_tokens
                 self.block_manager.fork(parent.seq_id, child_id)
                 self.scheduler.add_running_after(child, last_running)
                 last_running = child
             else:                                                      # full: it waits, recomputed when admitted
                 self.scheduler.add_waiting_at(child, waiting_at)
                 waiting_at += 1
-            metrics = replace(req.metrics, token_times=list(req.metrics.token_times))
-            self.requests[child_id] = Request(child, req.params, req.prompt, self._generator_for(req.params, k),
-                                               req.stop_rule, metrics, next(self._order), forked=True,
-                                               grammar=req.grammar,
-                                               cursor=None if req.cursor is None else req.cursor.copy())
-            req.children.append(child_id)
+            self.requests[child_id] = child
+            parent.children.append(child_id)
             new_ids.append(child_id)
-        req.forked = True
+        parent.forked = True
         return new_ids

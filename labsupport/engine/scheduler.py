@@ -139,20 +139,23 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
-    def admit_prefilled(self, seq: Sequence) -> None:
-        """A waiting sequence whose prompt another engine computed (disaggregated serving) starts
-        decoding: it leaves the waiting queue for the running one (its blocks are allocated)."""
+    def start_running(self, seq: Sequence) -> None:
+        """A waiting sequence starts running, admitted outside :meth:`schedule`: a request whose prompt
+        another engine computed (disaggregated serving: its blocks are allocated), or one the speculative
+        engine admitted under its own reservation rule. It leaves the waiting queue for the running one."""
         self.waiting.remove(seq)
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
 
     def add_running_after(self, seq: Sequence, after: Sequence) -> None:
         """``seq`` runs right after ``after`` (a fork's child next to its parent, whose blocks it shares)."""
+        seq.status = SequenceStatus.RUNNING
         self.running.insert(self.running.index(after) + 1, seq)
 
     def add_waiting_at(self, seq: Sequence, index: int) -> None:
         """``seq`` waits at ``index`` of the waiting queue (a fork's children that find the batch full go
         first in line, in order; they are recomputed when admitted)."""
+        seq.status = SequenceStatus.WAITING
         self.waiting.insert(index, seq)
 
     def has_unfinished(self) -> bool:

@@ -1,4 +1,6 @@
-"""A sequence being generated and its status (vLLM's and nano-vllm's ``Sequence``, vLLM's ``SequenceStatus``).
+"""A request inside the engine: its tokens and status, what the scheduler queues, and what it needs to be
+sampled and finished — settings, stop rule, generator, metrics, grammar (nano-vllm's ``Sequence``; vLLM v1
+keeps the same in its ``Request``; vLLM's ``SequenceStatus``).
 
 The name is vLLM's even though ``collections.abc.Sequence`` has it too: a module that needs both
 (``engine.py``) imports this one as ``Seq``."""
@@ -7,6 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+from .metrics import RequestMetrics
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..sampling import SamplingParams
+    from ..stopping import StopRule
+    from ..structured.cursor import GrammarCursor
 
 
 class SequenceStatus(str, Enum):
@@ -24,9 +36,10 @@ class SequenceStatus(str, Enum):
         return self.value
 
 
-@dataclass
+@dataclass(eq=False)
 class Sequence:
-    """One sequence of tokens being generated (a request, or one sample of a request with n > 1).
+    """One request being generated (or one sample of a request with n > 1): the one object the
+    scheduler queues, the block manager names by ``seq_id`` and the engine samples and finishes.
 
     Attributes:
         seq_id: its id (the request id).
@@ -41,6 +54,14 @@ class Sequence:
         error: why, for ``"error"``.
         num_preemptions: times it was preempted.
         num_prefix_hit_tokens: prompt tokens served from the prefix cache at the last admission.
+
+    What the engine adds when a request comes in (``LLMEngine.add_request``; a scheduler alone needs none):
+        params: its :class:`~labsupport.sampling.SamplingParams`. prompt: the prompt's text.
+        generator: for its draws (``None`` = greedy or the engine's own). stop_rule: its
+        :class:`~labsupport.stopping.StopRule`. metrics: its :class:`RequestMetrics`.
+        order: its place in add order. forked / children: a request with n > 1 and the ids of its
+        samples, in fork order. grammar / cursor: compiled structured output and where the output
+        stands in it (:class:`~labsupport.structured.cursor.GrammarCursor`), or ``None``.
     """
 
     seq_id: str
@@ -53,6 +74,25 @@ class Sequence:
     error: str | None = None
     num_preemptions: int = 0
     num_prefix_hit_tokens: int = 0
+    params: SamplingParams | None = None
+    prompt: str = ""
+    generator: torch.Generator | None = None
+    stop_rule: StopRule | None = None
+    metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(0.0))
+    order: int = 0
+    forked: bool = False
+    children: list[str] = field(default_factory=list)
+    grammar: object = None
+    cursor: GrammarCursor | None = None
+
+    def __post_init__(self) -> None:
+        if self.grammar is not None and self.cursor is None:
+            from ..structured.cursor import GrammarCursor
+            self.cursor = GrammarCursor(self.grammar)
+
+    def grammar_state(self) -> int:
+        """The grammar state after the output so far (:class:`~labsupport.structured.cursor.GrammarCursor`)."""
+        return self.cursor.state_for(self.output_ids)
 
     @property
     def token_ids(self) -> list[int]:

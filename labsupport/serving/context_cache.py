@@ -126,7 +126,7 @@ def measure_context_vs_rag(lm, system: list[int], corpus_chunks: list[list[int]]
             rid = eng.add_request(prompt, GREEDY, new_tokens, arrival_time=time.perf_counter())
             eng.run()
             ttfts.append(eng.requests[rid].metrics.ttft)
-            computed.append(len(prompt) - eng.requests[rid].seq.num_prefix_hit_tokens)
+            computed.append(len(prompt) - eng.requests[rid].num_prefix_hit_tokens)
         held = len(context) if mode == "cached" else 0
         out[mode] = {"ttft": float(np.median(ttfts)), "computed": float(np.mean(computed)),
                      "held_tokens": held, "held_bytes": held * eng.runner.kv_bytes_per_token}

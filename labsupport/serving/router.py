@@ -218,7 +218,7 @@ class Router:
             self._step_until(e, None)
         for rid in ids:
             req = self.replicas[stats.replica[rid]].requests[rid]
-            stats.hit_tokens[rid] = req.seq.num_prefix_hit_tokens
+            stats.hit_tokens[rid] = req.num_prefix_hit_tokens
             stats.ttft[rid] = req.metrics.ttft
         return stats
 

@@ -391,7 +391,7 @@ def run_chat(engine, tiers: TieredKVCache | None, conversations: list[list[list[
                 record = {"request_id": rid}
             result = engine.run()[-1]
             record.update(ttft=result.metrics.ttft, prompt_tokens=len(prompt),
-                          computed=len(prompt) - engine.requests[rid].seq.num_prefix_hit_tokens,
+                          computed=len(prompt) - engine.requests[rid].num_prefix_hit_tokens,
                           forwarded=engine.runner.num_token_forwards - before)
             if tiers is not None:
                 record["served_by"] = tiers.served_by(record)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine.sequence import Sequence as Seq
 from ..generation import max_new_tokens_for, grammar_for, prompt_token_ids
 from ..models import LoadedModel
 from ..sampling import GREEDY, SamplingParams
@@ -96,10 +97,10 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=target.device).manual_seed(params.seed)
     loop = _Loop(target)
-    s = SpecSequence("0", list(ids), [], params, generator, StopRule.from_params(params, target.eos_token_ids, max_new,
-                                                                                 target.model.config.vocab_size),
-                     max_new, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens),
-                     grammar=grammar_for(target, params, max_new))
+    stop_rule = StopRule.from_params(params, target.eos_token_ids, max_new, target.model.config.vocab_size)
+    seq = Seq("0", list(ids), max_new, params=params, stop_rule=stop_rule,
+                   grammar=grammar_for(target, params, max_new))
+    s = SpecSequence(seq, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens), generator)
     t0 = time.perf_counter()
     tgt = CachedLM(target)
     if len(ids) > 1:

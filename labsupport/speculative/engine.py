@@ -35,7 +35,6 @@ import torch
 from ..engine.engine import LLMEngine
 from ..engine.extend import extend
 from ..engine.outputs import RequestOutput
-from ..engine.sequence import SequenceStatus
 from ..validation import check_bool
 from .config import SpeculativeConfig, make_proposer
 from .policy import SpecPolicy
@@ -178,24 +177,20 @@ class SpeculativeEngine(LLMEngine):
             seq = sched.waiting[0]
             need = bm.blocks_needed(seq.num_tokens + seq.max_new_tokens + self.max_draft_tokens)
             if need > bm.num_blocks:
-                sched.waiting.popleft()
                 self._fail(seq, f"request needs {need} blocks (prompt + max_tokens + a draft of "
                                 f"{self.max_draft_tokens}) but the pool has {bm.num_blocks}", now)
                 continue
             if sum(self._reserved.values()) + need > bm.num_blocks:
                 break
-            sched.waiting.popleft()
-            seq.status = SequenceStatus.RUNNING
-            sched.running.append(seq)
+            sched.start_running(seq)
             self._reserved[seq.seq_id] = need
             admitted.append(seq.seq_id)
-            req = self.requests[seq.seq_id]
-            if req.params.n > 1 and not req.forked:
-                self._fork(req, req.params.n - 1, share_blocks=False)
+            if seq.params.n > 1 and not seq.forked:
+                self._fork(seq, seq.params.n - 1, share_blocks=False)
         if not admitted:
             return []
-        todo = {rid: self.requests[rid].seq.token_ids[:-1] for rid in admitted
-                if len(self.requests[rid].seq.token_ids) > 1}
+        todo = {rid: self.requests[rid].token_ids[:-1] for rid in admitted
+                if len(self.requests[rid].token_ids) > 1}
         every_row = bool(getattr(self.proposer, "needs_prompt_hidden", False))   # EAGLE reads every feature
         t0 = time.perf_counter()
         out = extend(self.runner, bm, todo, all_logits=every_row, return_hidden=True) if todo else {}
@@ -216,9 +211,7 @@ class SpeculativeEngine(LLMEngine):
         gen = req.generator
         if gen is None and not req.params.greedy:
             gen = self.generator
-        s = SpecSequence(req.seq.seq_id, req.seq.prompt_ids, req.seq.output_ids, req.params, gen, req.stop_rule,
-                         req.seq.max_new_tokens, SpecStats(num_speculative_tokens=max(1, self.num_speculative_tokens)),
-                         grammar=req.grammar)
+        s = SpecSequence(req, SpecStats(num_speculative_tokens=max(1, self.num_speculative_tokens)), gen)
         self.spec[s.request_id] = s
         return s
 
@@ -293,5 +286,5 @@ class SpeculativeEngine(LLMEngine):
 
     def _finish_request(self, req, reason: str, now: float) -> None:
         """As the plain engine's, and the proposer's state of the request goes too."""
-        self._release(req.seq.seq_id)
+        self._release(req.seq_id)
         super()._finish_request(req, reason, now)

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..sampling import SamplingParams, greedy_ids, penalise, probs_from_logits
-from ..stopping import StopRule
-from ..structured.cursor import GrammarCursor
+from ..engine.sequence import Sequence
+from ..sampling import greedy_ids, penalise, probs_from_logits
 from .rejection import verify
 from .stats import RoundRecord, SpecStats
 from .tree import TokenTree, accept_greedy_path
@@ -52,39 +51,40 @@ class Draft:
 
 @dataclass(eq=False)
 class SpecSequence:
-    """A request's speculative state, shared by both speculative paths and read by proposers.
+    """A request's speculative state, attached to its engine :class:`~labsupport.engine.sequence.Sequence`
+    (which keeps the tokens, settings, stop rule and grammar cursor: read through the properties below).
 
     Attributes:
-        request_id: its id. prompt_ids / output_ids: the prompt and the tokens committed so far
-            (in the engine ``output_ids`` is the engine sequence's own list).
-        params: its sampling settings. generator: for its draws (``None`` = greedy).
-        stop_rule: its stop conditions. max_tokens: most new tokens (cut to the context window).
-        grammar: compiled structured output, or ``None``.
-        stats: its :class:`SpecStats`. rounds: one :class:`RoundRecord` per round.
+        seq: the request (in the engine, the very object its scheduler queues).
+        stats: its :class:`SpecStats`.
+        generator: for its draws: the request's own, or the engine's when it has none (``None`` = greedy).
+        rounds: one :class:`RoundRecord` per round.
         trees: ``(tree, accepted path)`` of every tree round (kept when asked, for figures).
         state: the proposer's own per-request state (a hidden state, a Jacobi window, a pool …).
-        finish_reason: ``"stop"`` / ``"length"`` once finished, else ``None``.
+        finish_reason: ``"stop"`` / ``"length"`` once a round ended it, else ``None`` (the engine then
+            finishes ``seq`` with it).
     """
 
-    request_id: str
-    prompt_ids: list[int]
-    output_ids: list[int]
-    params: SamplingParams
-    generator: torch.Generator | None
-    stop_rule: StopRule
-    max_tokens: int
+    seq: Sequence
     stats: SpecStats
-    grammar: object = None
+    generator: torch.Generator | None = None
     rounds: list[RoundRecord] = field(default_factory=list)
     trees: list = field(default_factory=list)
     state: dict = field(default_factory=dict)
     finish_reason: str | None = None
-    cursor: GrammarCursor | None = None                    # where the output stands in the grammar
+
+    request_id = property(lambda self: self.seq.seq_id, doc="The request's id.")
+    prompt_ids = property(lambda self: self.seq.prompt_ids, doc="The prompt's token ids.")
+    output_ids = property(lambda self: self.seq.output_ids, doc="The tokens committed so far (the sequence's own list).")
+    params = property(lambda self: self.seq.params, doc="Its sampling settings.")
+    stop_rule = property(lambda self: self.seq.stop_rule, doc="Its stop conditions.")
+    max_tokens = property(lambda self: self.seq.max_new_tokens, doc="Most new tokens (cut to the context window).")
+    grammar = property(lambda self: self.seq.grammar, doc="Compiled structured output, or ``None``.")
 
     @property
     def token_ids(self) -> list[int]:
         """Prompt + output (a new list)."""
-        return self.prompt_ids + self.output_ids
+        return self.seq.token_ids
 
     @property
     def room(self) -> int:
@@ -92,13 +92,10 @@ class SpecSequence:
         its own, so at most ``max_tokens − len(output) − 1`` drafts can still be used."""
         return self.max_tokens - len(self.output_ids) - 1
 
-    def __post_init__(self) -> None:
-        if self.grammar is not None and self.cursor is None:
-            self.cursor = GrammarCursor(self.grammar)
-
     def grammar_state(self) -> int:
-        """The grammar state after the output so far (:class:`~labsupport.structured.cursor.GrammarCursor`)."""
-        return self.cursor.state_for(self.output_ids)
+        """The grammar state after the output so far (the sequence's one
+        :class:`~labsupport.structured.cursor.GrammarCursor`)."""
+        return self.seq.grammar_state()
 
 
 def draft_distribution(logits: torch.Tensor, s: SpecSequence, drafted: list[int]) -> torch.Tensor:
