@@ -13,7 +13,8 @@ meets them:
   blocks' weights), ``kv_cache`` (the cache tensors and every block move), ``attention`` (paged attention
   by gather, ``TORCH_SDPA``), ``native_attention`` + ``paged_attention.c`` (``CPU_ATTN``, blocks read in
   place), ``linear`` (the matmul kernel per row count), ``memory`` (will a pool fit), ``extend`` (several
-  tokens per sequence: speculative verification, trees).
+  tokens per sequence: speculative verification, trees), ``batch_invariant`` (fixed-order matmuls and
+  attention: a request's logits the same in any batch).
 * ``sampler`` — one token per sequence, batched; ``outputs`` (``RequestOutput``, snapshots) and
   ``metrics`` (TTFT, TPOT, ITL, goodput).
 * ``beam_search`` — vLLM's ``LLM.beam_search`` on this engine.

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kv import blocks_needed
+from .batch_invariant import attention as batch_invariant_attention
 from .block_manager import slot_mapping_of
 
 
@@ -291,7 +292,8 @@ def gather_kv(kv_cache: torch.Tensor, block_tables: torch.Tensor, num_slots: int
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float, kv_scales: torch.Tensor | None = None,
-                    kv_cache_dtype: str = "auto", workspace: torch.Tensor | None = None) -> torch.Tensor:
+                    kv_cache_dtype: str = "auto", workspace: torch.Tensor | None = None,
+                    batch_invariant: bool = False) -> torch.Tensor:
     """Attention of the new tokens over everything their sequence has cached, in one call.
 
     Args:
@@ -303,6 +305,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
         kv_scales, kv_cache_dtype: an 8-bit cache's scales ``(2, num_blocks, block_size, H)`` and
             its dtype (:mod:`labsupport.quant.kv`); ``None`` for a cache in the model's dtype.
         workspace: room for the gathered K/V (:func:`gather_kv`), large enough for this step.
+        batch_invariant: each token attends alone over exactly the keys it may see
+            (:func:`labsupport.engine.batch_invariant.attention`) instead of one padded SDPA call.
 
     Returns:
         ``(N, H·D)`` attention output of each new token, heads concatenated.
@@ -319,6 +323,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
         write_quantized(kv_cache, kv_scales, k, v, meta.slot_mapping, kv_cache_dtype)
         keys, values = gather_dequantized(kv_cache, kv_scales, meta.block_tables, meta.max_context_len,
                                           kv_cache_dtype, q.dtype)
+    if batch_invariant:
+        return batch_invariant_attention(q, keys, values, meta, scale)
     num_seqs, max_q = meta.num_seqs, meta.max_query_len
     if meta.query_index is None:                                       # every sequence has Q rows already
         queries = q.view(num_seqs, max_q, heads, dim)

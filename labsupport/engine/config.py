@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 from ..quant.int8 import QUANTIZATIONS
 from ..quant.kv import KV_CACHE_DTYPES
 from ..validation import check_bool, check_callable, check_choice, check_int, check_type
+from .batch_invariant import check_settings
 from .native_attention import check_backend_name
 
 
@@ -34,6 +35,8 @@ class EngineConfig:
         quantization: ``None`` or ``"int8"``: int8 matmuls (:mod:`labsupport.quant.int8`).
         attention_backend: ``None`` (the fastest that runs here), ``"TORCH_SDPA"`` (paged attention by
             gather) or ``"CPU_ATTN"`` (the KV blocks read in place; :mod:`labsupport.engine.native_attention`).
+        batch_invariant: a request's logits bit-identical alone and in any batch, chunked or served from
+            the prefix cache (:mod:`labsupport.engine.batch_invariant`; vLLM's ``VLLM_BATCH_INVARIANT=1``).
 
     Raises:
         TypeError: a field of the wrong type (flags must be bools, ``clock`` callable).
@@ -55,6 +58,7 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     quantization: str | None = None
     attention_backend: str | None = None
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         for name, low in (("block_size", 1), ("num_blocks", 1), ("max_num_seqs", 1), ("num_cpu_blocks", 0)):
@@ -70,6 +74,7 @@ class EngineConfig:
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         check_choice("quantization", self.quantization, QUANTIZATIONS)
         check_backend_name(self.attention_backend)
+        check_settings(self.batch_invariant, self.quantization, self.attention_backend)
 
 
 def make_config(config: EngineConfig | None = None, overrides: dict | None = None,

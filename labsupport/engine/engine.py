@@ -71,7 +71,7 @@ class LLMEngine(RequestIntake):
         model = getattr(lm, "model", lm)
         self.runner = ModelRunner(model, cfg.block_size, cfg.num_blocks, cfg.num_cpu_blocks,
                                   kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
-                                  attention_backend=cfg.attention_backend)
+                                  attention_backend=cfg.attention_backend, batch_invariant=cfg.batch_invariant)
         self.block_manager = BlockManager(cfg.num_blocks, cfg.block_size, cfg.enable_prefix_caching,
                                           cfg.num_cpu_blocks if cfg.preemption_mode == "swap" else 0)
         budget = cfg.max_num_batched_tokens or max(self.runner.max_positions, cfg.max_num_seqs)

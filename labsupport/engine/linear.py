@@ -46,6 +46,7 @@ import torch
 
 from ..timing import time_call
 from ..validation import check_bool, check_choice, check_int
+from .batch_invariant import tiled_matmul
 
 KERNELS = ("x W", "Wᵀ xᵀ", "oneDNN")
 """The three ways :class:`Linear` can compute ``x W + b`` (module docstring)."""
@@ -125,6 +126,7 @@ class Linear:
         dnn = cpu and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
         self._available = KERNELS if dnn else KERNELS[:2] if cpu else KERNELS[:1]
         self._kernel = ["x W"] * (ROW_BUCKETS[-1] + 1)                   # by row count, 0 … largest bucket
+        self.batch_invariant = False
         self._copy("x W")
 
     @property
@@ -209,7 +211,15 @@ class Linear:
         y = w @ x.t() if self.bias is None else torch.addmm(self.bias_col, w, x.t())
         return y.t().contiguous()                                         # (out, M) → (M, out)
 
+    def use_batch_invariant(self) -> None:
+        """From now on every call runs ``x W`` on fixed tiles of rows (:func:`~labsupport.engine.batch_invariant.tiled_matmul`):
+        a row's result no longer depends on the rows that came with it. The other kernels' copies are dropped."""
+        self.choose(dict.fromkeys(ROW_BUCKETS, "x W"))
+        self.batch_invariant = True
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.batch_invariant:
+            return tiled_matmul(x, self.w_io, self.bias)
         m = x.shape[0]
         return self.run(x, self._kernel[m if m <= ROW_BUCKETS[-1] else -1])
 

@@ -34,6 +34,7 @@ from ..quant.int8 import QUANTIZATIONS, Int8Linear
 from ..validation import check_choice, check_int
 from . import native_attention
 from .attention import AttentionMetadata, build_metadata, check_metadata, paged_attention
+from .batch_invariant import check_settings
 from .gpt2 import gpt2_layers
 from .kv_cache import PagedKVCache
 from .linear import Linear, tune
@@ -59,10 +60,15 @@ class ModelRunner(PagedKVCache):
             :mod:`~labsupport.engine.native_attention`; float32 KV on the CPU, decode and verification
             steps, :func:`~labsupport.engine.native_attention.takes_step`; prompts and token trees still run
             ``TORCH_SDPA``). vLLM's option name.
+        batch_invariant: every row's logits independent of the rest of the step — fixed-tile matmuls with
+            one kernel, attention one token at a time (:mod:`~labsupport.engine.batch_invariant`; vLLM's
+            ``VLLM_BATCH_INVARIANT=1``). Slower; not with ``quantization`` or ``"CPU_ATTN"``.
 
     Raises:
         ValueError: not a GPT-2-family model, sizes < 1, an unknown ``kv_cache_dtype``, ``quantization`` or
-            ``attention_backend``, or ``"CPU_ATTN"`` where it cannot run (the message says why).
+            ``attention_backend``, or ``"CPU_ATTN"`` where it cannot run (the message says why);
+            ``batch_invariant`` with ``quantization`` or ``"CPU_ATTN"``.
+        TypeError: ``batch_invariant`` not a bool.
 
     Attributes:
         layer_hook: ``None``, or ``hook(layer_index, meta)`` called in every forward right after
@@ -72,7 +78,8 @@ class ModelRunner(PagedKVCache):
 
     def __init__(self, model, block_size: int, num_blocks: int, num_cpu_blocks: int = 0,
                  device: torch.device | str | None = None, *, kv_cache_dtype: str = "auto",
-                 quantization: str | None = None, attention_backend: str | None = None):
+                 quantization: str | None = None, attention_backend: str | None = None,
+                 batch_invariant: bool = False):
         model = getattr(model, "model", model)                       # LoadedModel → its model
         cfg = getattr(model, "config", None)
         if getattr(cfg, "model_type", None) != "gpt2":
@@ -82,6 +89,7 @@ class ModelRunner(PagedKVCache):
         num_cpu_blocks = check_int("num_cpu_blocks", num_cpu_blocks, 0)
         self.kv_cache_dtype = kvq.check_kv_cache_dtype(kv_cache_dtype)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
+        self.batch_invariant = check_settings(batch_invariant, quantization, attention_backend)
         first = next(model.parameters())
         if quantization == "int8" and (first.dtype != torch.float32 or first.device.type != "cpu" or
                                        (device is not None and torch.device(device).type != "cpu")):
@@ -110,14 +118,17 @@ class ModelRunner(PagedKVCache):
             self.lm_head_linear = Int8Linear(self.lm_head)
         self.layers = gpt2_layers(model, quantization)
         # each matrix shape's fastest kernel per row count, measured once per process (linear.py)
-        self.kernel_choices = {} if quantization == "int8" else tune(self.matrices())
+        self.kernel_choices = {} if quantization == "int8" or batch_invariant else tune(self.matrices())
+        if batch_invariant:                                             # fixed tiles, one kernel (batch_invariant.py)
+            for m in self.matrices():
+                m.use_batch_invariant()
         self.kv_cache = torch.zeros(self.cache_shape(num_blocks), dtype=kv_dtype, device=self.device)
         self.kv_scales = None if kv_cache_dtype == "auto" else \
             torch.ones(self.cache_shape(num_blocks)[:-1], dtype=torch.float16, device=self.device)
         self.cpu_cache: torch.Tensor | None = None
         self._workspace = torch.empty(0, dtype=self.kv_cache.dtype, device=self.device)   # gathered K/V (attention.py)
-        self.attention_backend = resolve_backend(attention_backend, self.device, self.dtype, self.kv_cache_dtype,
-                                                 self.head_dim)
+        self.attention_backend = "TORCH_SDPA" if batch_invariant else \
+            resolve_backend(attention_backend, self.device, self.dtype, self.kv_cache_dtype, self.head_dim)
         self._scores = torch.empty(0)                                         # CPU_ATTN's score rows
         self.cpu_scales: torch.Tensor | None = None
         self.layer_hook: Callable[[int, AttentionMetadata], None] | None = None   # layer-wise KV streaming
@@ -238,7 +249,7 @@ class ModelRunner(PagedKVCache):
                 q, k, v = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)     # (N, H, D) each
                 a = paged_attention(q, k, v, self.kv_cache[i], meta, layer.scale,
                                     None if self.kv_scales is None else self.kv_scales[i], self.kv_cache_dtype,
-                                    workspace)                                                         # (N, E)
+                                    workspace, self.batch_invariant)                                                         # (N, E)
             if self.layer_hook is not None:                                      # layer i's K/V are written
                 self.layer_hook(i, meta)
             x = x + layer.attn_proj(a)
