@@ -4,6 +4,7 @@ from .._faces import lazy_face
 
 _FACE = {                  # what the chapters use: imported on first use (labsupport._faces)
     "batching_lab": "batching",
+    "batch_lab": "reproducibility",
     "beam_explorer": "beam",
     "block_table_stepper": "paged",
     "cacheblend_lab": "serving",
