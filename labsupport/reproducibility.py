@@ -61,6 +61,30 @@ def ordered_sum(x: torch.Tensor, order: str) -> torch.Tensor:
     return x[:, 0]
 
 
+def fixed_order_row_sums(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Each row's sum in one order that does not depend on how many rows came with it: the row cut into
+    chunks of ``chunk`` consecutive values, each chunk summed left to right, then the chunk sums left to
+    right; every addition rounded to ``x``'s dtype (chapter 12's exercise 1 checks against this).
+
+    Raises:
+        ValueError: ``x`` not 2-D with at least one column, ``chunk`` < 1.
+    """
+    check_int("chunk", chunk, 1)
+    if x.dim() != 2 or x.shape[1] == 0:
+        raise ValueError(f"x must be 2-D (rows, n) with n ≥ 1, got shape {tuple(x.shape)}")
+    total = None
+    for start in range(0, x.shape[1], chunk):
+        part = ordered_sum(x[:, start:start + chunk], "sequential")
+        total = part if total is None else total + part
+    return total
+
+
+def shape_dependent_row_sums(x: torch.Tensor) -> torch.Tensor:
+    """Row sums by a rule that picks its order from the batch's shape, as a fast kernel does: one running
+    total for up to 4 rows, pairs of pairs for more. A row's last bits then depend on its batch."""
+    return ordered_sum(x, "sequential" if x.shape[0] <= 4 else "pairwise")
+
+
 @dataclass(frozen=True)
 class SumError:
     """How far sums of ``length`` numbers in ``dtype`` land from the exact sum (medians over rows).
@@ -131,6 +155,14 @@ def _prompts(vocab: int, count: int, rng: random.Random, shortest: int, longest:
     return [[rng.randrange(vocab) for _ in range(rng.randrange(shortest, longest + 1))] for _ in range(count)]
 
 
+def last_token_logits(runner: ModelRunner, ids: torch.Tensor) -> torch.Tensor:
+    """Each row of ``ids (R, T)`` as a fresh request, all in one forward of ``runner``: ``(R, vocab)`` logits
+    of each request's last token (a function of a batch, for chapter 12's exercise 2)."""
+    out = extend(runner, BlockManager(runner.num_blocks, runner.block_size),
+                 {i: row.tolist() for i, row in enumerate(ids)}, all_logits=False)
+    return torch.stack([out[i][-1] for i in range(len(ids))])
+
+
 def batch_variance(runner: ModelRunner, prompt: Sequence[int], batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                    *, seed: int = 0) -> list[BatchVariance]:
     """Run ``prompt`` alone, then among ``B − 1`` random prompts of other lengths (at a random place in
@@ -177,6 +209,8 @@ class MixResult:
         first_divergence: the first position where two completions differ (``None``: all the same).
         gap: at that position, the top-1 minus top-2 logit of the most common completion's context
             (computed alone): how close the tie was that flipped.
+        min_gap, min_gap_at: the smallest such gap along the most common completion, and its position:
+            a token can flip only where the gap is smaller than the change a batch makes.
         tokens_per_second: generated tokens of every request per second of engine time (median over mixes).
     """
 
@@ -185,6 +219,8 @@ class MixResult:
     first_divergence: int | None
     gap: float | None
     tokens_per_second: float
+    min_gap: float = math.inf
+    min_gap_at: int | None = None
 
     @property
     def distinct(self) -> int:
@@ -242,12 +278,18 @@ def summarize(lm, prompt: Sequence[int], completions: list[tuple[int, ...]], tok
     if len(counts) > 1:
         first = min(next((i for i, (a, b) in enumerate(zip(c, counts[0][0])) if a != b), min(len(c), len(counts[0][0])))
                     for c, _ in counts[1:])
-        context = list(prompt) + list(counts[0][0][:first])
+    top = counts[0][0]
+    gaps = []
+    if top:                                                # one forward over prompt + text: the gap before each token
         with torch.inference_mode():
-            logits = lm.model(torch.tensor([context], device=lm.device)).logits[0, -1].float()
-        top = torch.topk(logits, 2).values
-        gap = float(top[0] - top[1])
-    return MixResult(list(completions), counts, first, gap, tokens_per_second)
+            logits = lm.model(torch.tensor([list(prompt) + list(top[:-1])], device=lm.device)).logits[0].float()
+        best = torch.topk(logits[len(prompt) - 1:], 2, dim=-1).values
+        gaps = (best[:, 0] - best[:, 1]).tolist()
+    if first is not None and first < len(gaps):
+        gap = gaps[first]
+    at = min(range(len(gaps)), key=gaps.__getitem__) if gaps else None
+    return MixResult(list(completions), counts, first, gap, tokens_per_second,
+                     gaps[at] if at is not None else math.inf, at)
 
 
 def in_dtype(lm, dtype: str):

@@ -26,6 +26,20 @@ def test_ordered_sum_adds_in_the_order_it_names():
     assert float(rp.ordered_sum(odd, "pairwise")[0]) == 21.0
 
 
+def test_fixed_order_row_sums_ignore_the_batch_and_the_shape_dependent_ones_do_not():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(9, 100, generator=g).to(torch.bfloat16)
+    for chunk in (1, 7, 100, 500):
+        sums = rp.fixed_order_row_sums(x, chunk)
+        assert torch.allclose(sums.double(), x.double().sum(1), atol=0.5)
+        assert all(torch.equal(rp.fixed_order_row_sums(x[i:i + 1], chunk)[0], sums[i]) for i in range(9))
+    assert torch.equal(rp.fixed_order_row_sums(x, 1), rp.ordered_sum(x, "sequential"))
+    alone = torch.stack([rp.shape_dependent_row_sums(x[i:i + 1])[0] for i in range(9)])
+    assert not torch.equal(rp.shape_dependent_row_sums(x), alone)
+    with pytest.raises(ValueError, match="chunk"):
+        rp.fixed_order_row_sums(x, 0)
+
+
 def test_summation_errors_stay_under_their_bounds_and_grow_with_fewer_bits():
     rows = rp.summation_errors(lengths=(16, 256), rows=32)
     assert len(rows) == 2 * len(rp.DTYPES)
@@ -65,7 +79,8 @@ def test_first_divergence_and_its_gap_are_read_from_the_completions(tiny_lm, pro
     with torch.inference_mode():
         logits = tiny_lm.model(torch.tensor([list(prompt) + [1, 2]])).logits[0, -1]
     top = torch.topk(logits, 2).values
-    assert res.gap == pytest.approx(float(top[0] - top[1]))
+    assert res.gap == pytest.approx(float(top[0] - top[1]), abs=1e-4)
+    assert res.min_gap <= res.gap and 0 <= res.min_gap_at < 4
     assert rp.summarize(tiny_lm, prompt, [(5, 6), (5, 6, 7)], 1.0).first_divergence == 2     # one is a prefix
     with pytest.raises(ValueError, match="completions"):
         rp.summarize(tiny_lm, prompt, [], 1.0)
