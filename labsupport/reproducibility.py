@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import random
 import statistics
 import time
@@ -227,11 +228,37 @@ class MixResult:
         return len(self.counts)
 
 
+def batch_mixes(prompt: Sequence[int], *, vocab: int, n_positions: int, num_mixes: int = 24, max_tokens: int = 24,
+                max_others: int = 12, seed: int = 0) -> list[tuple[list[dict], int]]:
+    """``num_mixes`` request lists, each the target (``max_tokens`` new tokens) among 0 … ``max_others``
+    random prompts of 1 … 48 tokens with 1 … ``max_tokens`` new tokens each (the first mix: the target
+    alone); with the target's place in each. Requests are ``{"prompt_token_ids", "max_tokens"}`` as
+    :mod:`labsupport.vllm_bridge` sends them, so both engines can run the very same mixes.
+
+    Raises:
+        ValueError: ``num_mixes`` < 1, ``max_tokens`` < 1, ``max_others`` < 0.
+    """
+    check_int("num_mixes", num_mixes, 1)
+    check_int("max_tokens", max_tokens, 1)
+    check_int("max_others", max_others, 0)
+    rng = random.Random(seed)
+    longest = max(1, min(48, n_positions - max_tokens - 1))
+    mixes = []
+    for m in range(num_mixes):
+        others = _prompts(vocab, 0 if m == 0 else rng.randrange(max_others + 1), rng, 1, longest)
+        where = rng.randrange(len(others) + 1)
+        requests = [{"prompt_token_ids": p, "max_tokens": rng.randrange(1, max_tokens + 1)} for p in others]
+        requests.insert(where, {"prompt_token_ids": list(prompt), "max_tokens": max_tokens})
+        mixes.append((requests, where))
+    return mixes
+
+
 def completions_over_mixes(lm, prompt: Sequence[int], *, num_mixes: int = 24, max_tokens: int = 24,
                            params: SamplingParams = GREEDY, batch_invariant: bool = False,
                            max_others: int = 12, seed: int = 0, **config) -> MixResult:
     """The published experiment on the tiny model: one request, ``num_mixes`` engines, each with
-    0 … ``max_others`` other requests of random lengths added around it; count its distinct completions.
+    0 … ``max_others`` other requests of random lengths around it (:func:`batch_mixes`); count its
+    distinct completions.
 
     Args:
         lm: a loaded model (any dtype the engine runs: fp32, or a bf16 copy from :func:`in_dtype`).
@@ -241,26 +268,49 @@ def completions_over_mixes(lm, prompt: Sequence[int], *, num_mixes: int = 24, ma
     Raises:
         ValueError: ``num_mixes`` < 1, ``max_tokens`` < 1, ``max_others`` < 0.
     """
-    check_int("num_mixes", num_mixes, 1)
-    check_int("max_tokens", max_tokens, 1)
-    check_int("max_others", max_others, 0)
-    rng = random.Random(seed)
-    vocab = lm.model.config.vocab_size
-    room = lm.model.config.n_positions - max_tokens
+    cfg = lm.model.config
+    mixes = batch_mixes(prompt, vocab=cfg.vocab_size, n_positions=cfg.n_positions, num_mixes=num_mixes,
+                        max_tokens=max_tokens, max_others=max_others, seed=seed)
     completions, speeds = [], []
-    for m in range(num_mixes):
+    for requests, where in mixes:
         eng = LLMEngine(lm, EngineConfig(batch_invariant=batch_invariant, **config))
-        others = _prompts(vocab, 0 if m == 0 else rng.randrange(max_others + 1), rng, 1, max(1, min(48, room - 1)))
-        where = rng.randrange(len(others) + 1)
-        for p in others[:where]:
-            eng.add_request(p, GREEDY.replace(ignore_eos=True), max_tokens=rng.randrange(1, max_tokens + 1))
-        rid = eng.add_request(list(prompt), params.replace(ignore_eos=True), max_tokens=max_tokens)
-        for p in others[where:]:
-            eng.add_request(p, GREEDY.replace(ignore_eos=True), max_tokens=rng.randrange(1, max_tokens + 1))
+        ids = [eng.add_request(r["prompt_token_ids"], (params if i == where else GREEDY).replace(ignore_eos=True),
+                               max_tokens=r["max_tokens"]) for i, r in enumerate(requests)]
         t0 = time.perf_counter()
         outs = eng.run()
         speeds.append(sum(len(o.token_ids) for o in outs) / (time.perf_counter() - t0))
-        completions.append(tuple(eng.output(rid).token_ids))
+        completions.append(tuple(eng.output(ids[where]).token_ids))
+    return summarize(lm, prompt, completions, statistics.median(speeds))
+
+
+def vllm_completions_over_mixes(lm, prompt: Sequence[int], *, batch_invariant: bool = False, dtype: str = "bfloat16",
+                                timeout: float = 600, **mix_args) -> MixResult:
+    """The same mixes (:func:`batch_mixes`) through vLLM's CPU build in its own venv (``make vllm``),
+    greedy, EOS ignored, one vLLM for every mix; ``batch_invariant`` sets ``VLLM_BATCH_INVARIANT=1``
+    for that vLLM.
+
+    Raises:
+        VLLMError: no vLLM venv (the message says how to make one), or vLLM failed to start or to run
+            (the message ends with vLLM's own log lines).
+    """
+    from .models import resolve_path
+    from .vllm_bridge import VLLMWorker
+
+    cfg = lm.model.config
+    mixes = batch_mixes(prompt, vocab=cfg.vocab_size, n_positions=cfg.n_positions, **mix_args)
+    before = os.environ.get("VLLM_BATCH_INVARIANT")
+    os.environ["VLLM_BATCH_INVARIANT"] = "1" if batch_invariant else "0"          # the worker inherits it
+    try:
+        with VLLMWorker(resolve_path("tiny-gpt2") if lm.name.startswith("tiny-gpt2") else lm.name,
+                        timeout=timeout, dtype=dtype, max_model_len=256, enable_prefix_caching=False) as worker:
+            runs = [(worker.run(requests), where) for requests, where in mixes]
+    finally:
+        if before is None:
+            os.environ.pop("VLLM_BATCH_INVARIANT", None)
+        else:
+            os.environ["VLLM_BATCH_INVARIANT"] = before
+    completions = [tuple(run["outputs"][where]["token_ids"]) for run, where in runs]
+    speeds = [sum(len(o["token_ids"]) for o in run["outputs"]) / run["seconds"] for run, _ in runs]
     return summarize(lm, prompt, completions, statistics.median(speeds))
 
 

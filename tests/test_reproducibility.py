@@ -140,3 +140,24 @@ def test_batch_lab_switches_settings_without_errors(tiny_lm, prompt):
         batch_lab(tiny_lm, prompt, mode="fast")
     with pytest.raises(ValueError, match="prompt"):
         batch_lab(tiny_lm, [])
+
+
+def test_batch_mixes_hold_the_target_once_and_are_the_same_for_both_engines(prompt):
+    mixes = rp.batch_mixes(prompt, vocab=100, n_positions=80, num_mixes=6, max_tokens=10, max_others=5, seed=3)
+    assert mixes == rp.batch_mixes(prompt, vocab=100, n_positions=80, num_mixes=6, max_tokens=10, max_others=5, seed=3)
+    assert mixes[0] == ([{"prompt_token_ids": list(prompt), "max_tokens": 10}], 0)          # the first: alone
+    for requests, where in mixes:
+        assert requests[where] == {"prompt_token_ids": list(prompt), "max_tokens": 10} and len(requests) <= 6
+        others = [r for i, r in enumerate(requests) if i != where]
+        assert all(1 <= len(r["prompt_token_ids"]) <= 48 and 1 <= r["max_tokens"] <= 10 for r in others)
+        assert all(0 <= t < 100 for r in others for t in r["prompt_token_ids"])
+    assert len({len(r) for r, _ in mixes}) > 1
+
+
+def test_the_vllm_side_says_how_to_set_it_up_when_it_is_missing(tiny_lm, prompt, monkeypatch):
+    from labsupport import vllm_bridge
+
+    monkeypatch.setattr(vllm_bridge, "vllm_python", lambda: None)
+    with pytest.raises(vllm_bridge.VLLMError, match="make vllm"):
+        rp.vllm_completions_over_mixes(tiny_lm, prompt, num_mixes=2)
+    assert "VLLM_BATCH_INVARIANT" not in __import__("os").environ

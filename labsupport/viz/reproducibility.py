@@ -6,12 +6,13 @@ Pure functions ``data → go.Figure``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from ..i18n import tr
-from .style import LEGEND_TOP, style
+from .style import LEGEND_BOTTOM, LEGEND_TOP, style
 
 DTYPE_COLORS = {"float32": "#1f77b4", "bfloat16": "#d62728", "float16": "#2ca02c"}
 FLOOR = 1e-9
@@ -44,8 +45,8 @@ def summation_figure(errors: Sequence) -> go.Figure:
                                      line={"color": color, "dash": "dot", "width": 1}))
     fig.update_xaxes(type="log", title=tr("numbers summed (n)"))
     fig.update_yaxes(type="log", title=tr("relative error |sum − exact| / Σ|x| (median)"))
-    return style(fig, tr("One sum, two orders: measured error (lines) and the worst-case bound (dotted)"), 460,
-                 legend=LEGEND_TOP)
+    return style(fig, tr("One sum, two orders: measured error (lines) and the worst-case bound (dotted)"), 560,
+                 bottom=150, legend=LEGEND_BOTTOM)
 
 
 def batch_variance_figure(results: Mapping[str, Sequence]) -> go.Figure:
@@ -68,7 +69,9 @@ def batch_variance_figure(results: Mapping[str, Sequence]) -> go.Figure:
                              marker_color=palette[i % len(palette)],
                              text=["0" if d == 0 else "" for d in diffs], textposition="outside",
                              hovertemplate="B=%{x}: %{y:.2e}<extra>" + label + "</extra>"))
-    fig.update_yaxes(type="log", title=tr("largest |Δ logit| vs alone (log; 0 = bit-identical)"))
+    top = max((max(r.prefill_diff, r.decode_diff) for rows in results.values() for r in rows), default=0)
+    fig.update_yaxes(type="log", title=tr("largest |Δ logit| vs alone (log; 0 = bit-identical)"),
+                     range=[math.log10(FLOOR) - 0.5, max(0.0, math.log10(max(top, FLOOR)) + 0.5)])
     fig.update_xaxes(title=tr("requests in the batch"), type="category")
     return style(fig, tr("One request's logits in a batch against the same request alone"), 460, legend=LEGEND_TOP)
 
