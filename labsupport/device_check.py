@@ -3,8 +3,8 @@
 The shipped model is loaded on the device and on the CPU; the report checks that the paged
 engine's logits equal Hugging Face's there, that greedy decoding through the engine equals
 ``generate``, that swap preemption (KV blocks to the CPU and back) keeps the tokens, and that
-greedy speculative decoding equals target greedy — the same invariants ``tests/test_cuda.py``
-checks in full. It also prints the engine's tokens per second for a batch of 8 (a number,
+greedy speculative decoding equals target greedy — the same invariants ``tests/test_devices.py``
+checks in full on every device. It also prints the engine's tokens per second for a batch of 8 (a number,
 not a check). No widgets or plotting are imported.
 """
 

@@ -22,3 +22,10 @@ from helpers import make_tiny_lm
 def tiny_lm():
     """Random 2-layer GPT-2 (n_embd 64, 64 positions) with the shipped tokenizer."""
     return make_tiny_lm(seed=0)
+
+
+@pytest.fixture(scope="session", params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA is not available"))])
+def device(request) -> torch.device:
+    """Each device the package runs on here: ``cpu``, and ``cuda`` where CUDA is available (else skipped)."""
+    return torch.device(request.param)

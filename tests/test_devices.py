@@ -1,10 +1,11 @@
-"""The GPU path: the invariants the CPU suite checks, run on ``cuda`` (skipped without CUDA).
+"""The invariants that must hold on every device: each test runs once per ``device`` (the conftest's
+fixture: ``cpu``, and ``cuda`` where CUDA is available; skipped otherwise).
 
 Engine logits = Hugging Face logits, greedy ``generate`` = ``model.generate``, beam search =
 Hugging Face beam search, speculative greedy = target greedy (plain loop and paged engine),
-chunked prefill, swap preemption (blocks move GPU → CPU → GPU), and the core calls a chapter
-makes with ``device="cuda"``. Everything runs in fp32 with TF32 off, so the tolerances are
-the CPU suite's. ``python -m labsupport.check --device cuda`` runs a short version of this.
+chunked prefill, swap preemption (blocks move device → CPU → device), and the core calls a chapter
+makes with ``device=...``. Everything runs in fp32 with TF32 off, so the tolerances are the CPU
+suite's. ``python -m labsupport.check --device cuda`` runs a short version of this.
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ from labsupport.generation import generate, generate_batch
 from labsupport.models import LoadedModel, load_model
 from labsupport.sampling import GREEDY, SamplingParams
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
-
 GREEDY_NO_EOS = GREEDY.replace(ignore_eos=True)
-CUDA = torch.device("cuda")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,23 +36,26 @@ def _exact_fp32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-def on_cuda(lm: LoadedModel) -> LoadedModel:
-    """A copy of a (CPU) model on the GPU, same tokenizer."""
-    return LoadedModel(model=copy.deepcopy(lm.model).to(CUDA).eval(), tokenizer=lm.tokenizer, device=CUDA,
-                       name=f"{lm.name}@cuda")
+def on_device(lm: LoadedModel, device: torch.device) -> LoadedModel:
+    """``lm`` itself on the CPU; elsewhere a copy on ``device``, same tokenizer."""
+    if device.type == "cpu":
+        return lm
+    return LoadedModel(model=copy.deepcopy(lm.model).to(device).eval(), tokenizer=lm.tokenizer, device=device,
+                       name=f"{lm.name}@{device.type}")
 
 
 @pytest.fixture(scope="module")
-def gpu_lm(tiny_lm):
-    return on_cuda(tiny_lm)
+def gpu_lm(tiny_lm, device):
+    """The test model on the device under test (the name is kept: on a GPU machine it is the GPU's)."""
+    return on_device(tiny_lm, device)
 
 
 @pytest.fixture(scope="module")
-def gpu_pair():
+def gpu_pair(device):
     from test_speculative import make_lm, perturbed
 
     target = make_lm(0)
-    return on_cuda(target), on_cuda(perturbed(target, 1, 0.25))
+    return on_device(target, device), on_device(perturbed(target, 1, 0.25), device)
 
 
 def full_logits(lm, ids):
@@ -77,15 +78,15 @@ def solo(lm, prompt, n):
 
 # ---------------------------------------------------------------------------- the engine on the GPU
 @pytest.mark.parametrize("block_size", [1, 4, 16])
-def test_engine_logits_equal_hf_on_cuda(gpu_lm, block_size):
+def test_engine_logits_equal_hf(gpu_lm, device, block_size):
     prompts = prompts_for(gpu_lm, [5, 11, 1, 17], seed=block_size)
     bm = BlockManager(num_blocks=256 // block_size + 8, block_size=block_size)
     runner = ModelRunner(gpu_lm, block_size, bm.num_blocks)
-    assert runner.device.type == "cuda" and runner.kv_cache.is_cuda
+    assert runner.device.type == device.type and runner.kv_cache.device.type == device.type
     seqs = {i: list(p) for i, p in enumerate(prompts)}
     out = extend(runner, bm, seqs)
     for i, p in seqs.items():
-        assert out[i].is_cuda
+        assert out[i].device.type == device.type
         torch.testing.assert_close(out[i], full_logits(gpu_lm, p), atol=1e-4, rtol=0)
     for _ in range(6):
         new = {i: [int(out[i][-1].argmax())] for i in seqs}
@@ -96,8 +97,8 @@ def test_engine_logits_equal_hf_on_cuda(gpu_lm, block_size):
     bm.audit()
 
 
-def test_engine_logits_on_cuda_equal_cpu(tiny_lm, gpu_lm):
-    """The same model on the two devices: the engine's logits agree to fp32 rounding."""
+def test_engine_logits_agree_with_the_cpus(tiny_lm, gpu_lm):
+    """The same model on this device and on the CPU: the engine's logits agree to fp32 rounding."""
     (p,) = prompts_for(tiny_lm, [13], seed=2)
     outs = []
     for lm in (tiny_lm, gpu_lm):
@@ -106,7 +107,7 @@ def test_engine_logits_on_cuda_equal_cpu(tiny_lm, gpu_lm):
     torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=0)
 
 
-def test_greedy_engine_equals_model_generate_on_cuda(gpu_lm):
+def test_greedy_engine_equals_model_generate(gpu_lm):
     prompts = prompts_for(gpu_lm, [3, 9, 14, 6, 1], seed=11)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
@@ -115,10 +116,10 @@ def test_greedy_engine_equals_model_generate_on_cuda(gpu_lm):
     assert engine.block_manager.num_used_blocks == 0
 
 
-def test_greedy_generate_equals_transformers_on_cuda(gpu_lm):
+def test_greedy_generate_equals_transformers(gpu_lm):
     for prompt in ("Return the number of", "Hello", "If the value is not given, the default"):
         ours = generate(gpu_lm, prompt, max_new_tokens=24)
-        ids = torch.tensor([ours.prompt_ids], device=CUDA)
+        ids = torch.tensor([ours.prompt_ids], device=gpu_lm.device)
         hf = gpu_lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24,
                                    do_sample=False, eos_token_id=None, pad_token_id=0)
         assert ours.token_ids == hf[0, ids.shape[1]:].tolist()
@@ -128,9 +129,9 @@ def test_greedy_generate_equals_transformers_on_cuda(gpu_lm):
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
-def test_preemption_on_cuda_keeps_outputs(gpu_lm, mode):
+def test_preemption_keeps_outputs(gpu_lm, device, mode):
     """A pool too small for all: preempted sequences resume with identical tokens. With
-    ``swap`` their blocks go to the CPU cache and come back to the GPU."""
+    ``swap`` their blocks go to the CPU cache and come back to the device."""
     prompts = prompts_for(gpu_lm, [5, 8, 12, 3, 7, 10], seed=12)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=12, preemption_mode=mode, num_cpu_blocks=64,
                        record_history=True)
@@ -140,16 +141,16 @@ def test_preemption_on_cuda_keeps_outputs(gpu_lm, mode):
         assert o.token_ids == solo(gpu_lm, p, 20)
     bm, runner = engine.block_manager, engine.runner
     assert bm.num_free_blocks == 12 and bm.num_free_cpu_blocks == bm.num_cpu_blocks
-    assert runner.kv_cache.is_cuda
+    assert runner.kv_cache.device.type == device.type
     if mode == "swap":
         assert any(h.swapped_out for h in engine.history) and any(h.swapped_in for h in engine.history)
         assert runner.cpu_cache is not None and runner.cpu_cache.device.type == "cpu"
 
 
-def test_swap_moves_blocks_between_gpu_and_cpu(gpu_lm):
+def test_swap_moves_blocks_between_the_device_and_the_cpu(gpu_lm, device):
     runner = ModelRunner(gpu_lm, 4, 8, num_cpu_blocks=8)
-    g = torch.Generator(device=CUDA).manual_seed(0)
-    runner.kv_cache.copy_(torch.randn(runner.kv_cache.shape, generator=g, device=CUDA))
+    g = torch.Generator(device=device).manual_seed(0)
+    runner.kv_cache.copy_(torch.randn(runner.kv_cache.shape, generator=g, device=device))
     before = runner.kv_cache[:, :, [2, 5]].clone()
     runner.swap_out({2: 0, 5: 3})
     runner.kv_cache[:, :, [2, 5]] = 0
@@ -157,7 +158,7 @@ def test_swap_moves_blocks_between_gpu_and_cpu(gpu_lm):
     torch.testing.assert_close(runner.kv_cache[:, :, [6, 1]], before, atol=0, rtol=0)   # a copy is exact
 
 
-def test_chunked_prefill_on_cuda(gpu_lm):
+def test_chunked_prefill_equals_model_generate(gpu_lm):
     prompts = prompts_for(gpu_lm, [4, 30, 23], seed=31)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
                        max_num_batched_tokens=8, record_history=True)
@@ -168,7 +169,7 @@ def test_chunked_prefill_on_cuda(gpu_lm):
     assert any(1 in h.scheduled_tokens.values() and max(h.scheduled_tokens.values()) > 1 for h in engine.history)
 
 
-def test_prefix_caching_on_cuda(gpu_lm):
+def test_prefix_caching_equals_model_generate(gpu_lm):
     (shared,) = prompts_for(gpu_lm, [13], seed=21)
     prompts = [shared + t for t in prompts_for(gpu_lm, [3, 5, 2], seed=22)]
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_prefix_caching=True)
@@ -179,7 +180,7 @@ def test_prefix_caching_on_cuda(gpu_lm):
     assert engine.block_manager.num_prefix_hit_blocks >= 6
 
 
-def test_seeded_sampling_on_cuda_matches_generate(gpu_lm):
+def test_seeded_sampling_in_the_engine_matches_generate(gpu_lm):
     p, other = prompts_for(gpu_lm, [6, 9], seed=51)
     params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
     ref = generate(gpu_lm, p, params, max_new_tokens=12, record=False).token_ids
@@ -193,13 +194,13 @@ def test_seeded_sampling_on_cuda_matches_generate(gpu_lm):
 
 # ---------------------------------------------------------------------------- beam search
 @pytest.mark.parametrize("B", [2, 4])
-def test_beam_search_equals_transformers_on_cuda(gpu_lm, B):
+def test_beam_search_equals_transformers(gpu_lm, B):
     prompt_ids = gpu_lm.encode("Return the number of items in the list")
     P, n = len(prompt_ids), 8
     for alpha, early in [(0.0, False), (1.0, True), (2.0, "never")]:
         ours = beam_search(gpu_lm, prompt_ids, B, max_new_tokens=n, length_penalty=alpha, early_stopping=early,
                            num_return_sequences=B)
-        hf = gpu_lm.model.generate(torch.tensor([prompt_ids], device=CUDA), num_beams=B, num_return_sequences=B,
+        hf = gpu_lm.model.generate(torch.tensor([prompt_ids], device=gpu_lm.device), num_beams=B, num_return_sequences=B,
                                    do_sample=False, length_penalty=alpha, early_stopping=early, max_new_tokens=n,
                                    eos_token_id=gpu_lm.eos_token_id, pad_token_id=gpu_lm.tokenizer.pad_token_id,
                                    return_dict_in_generate=True, output_scores=True)
@@ -211,7 +212,7 @@ def test_beam_search_equals_transformers_on_cuda(gpu_lm, B):
             assert hf.sequences_scores[i].item() == pytest.approx(hyp.score, abs=1e-4)
 
 
-def test_beam_width_one_is_greedy_on_cuda(gpu_lm):
+def test_beam_width_one_is_greedy(gpu_lm):
     prompt = "Return the number of items in the list"
     greedy = generate(gpu_lm, prompt, GREEDY, max_new_tokens=24)
     beam = beam_search(gpu_lm, prompt, 1, max_new_tokens=24, length_penalty=0.0)
@@ -221,7 +222,7 @@ def test_beam_width_one_is_greedy_on_cuda(gpu_lm):
 
 # ---------------------------------------------------------------------------- speculative decoding
 @pytest.mark.parametrize("gamma", [1, 4, 8])
-def test_speculative_greedy_equals_target_greedy_on_cuda(gpu_pair, gamma):
+def test_speculative_greedy_equals_target_greedy(gpu_pair, gamma):
     target, draft = gpu_pair
     prompt = [5, 17, 99, 3, 42, 8, 5, 17, 99]
     ref = generate(target, prompt, GREEDY, max_new_tokens=48, record=False)
@@ -230,7 +231,7 @@ def test_speculative_greedy_equals_target_greedy_on_cuda(gpu_pair, gamma):
         assert res.token_ids == ref.token_ids, (type(proposer).__name__, gamma)
 
 
-def test_paged_speculative_engine_equals_plain_engine_on_cuda(gpu_pair):
+def test_paged_speculative_engine_equals_plain_engine(gpu_pair):
     target, draft = gpu_pair
     prompts = [[5, 17, 99, 3, 42, 8], [1, 1, 1], [7, 8, 9, 7, 8], [200, 13]]
     plain = [o.token_ids for o in LLMEngine(target, block_size=4, num_blocks=256).generate(prompts, GREEDY, 24)]
@@ -242,11 +243,11 @@ def test_paged_speculative_engine_equals_plain_engine_on_cuda(gpu_pair):
 
 
 # ---------------------------------------------------------------------------- a chapter's calls
-def test_chapter_core_calls_with_device_cuda():
-    """What chapters 01–05 do with the shipped model, loaded with ``device="cuda"``."""
-    lm = load_model("tiny-gpt2", device="cuda")
+def test_chapter_core_calls_on_the_device(device):
+    """What chapters 01–05 do with the shipped model, loaded with ``device=...``."""
+    lm = load_model("tiny-gpt2", device=device.type)
     cpu = load_model("tiny-gpt2", device="cpu")
-    assert lm.device.type == "cuda" and next(lm.model.parameters()).is_cuda
+    assert lm.device.type == device.type and next(lm.model.parameters()).device.type == device.type
     prompt = "Return the number of items in the list."
     torch.testing.assert_close(full_logits(lm, lm.encode(prompt)).cpu(), full_logits(cpu, cpu.encode(prompt)),
                                atol=1e-4, rtol=0)
@@ -254,7 +255,7 @@ def test_chapter_core_calls_with_device_cuda():
     assert len(short.token_ids) <= 12 and short.finish_reason in ("stop", "length")
     sampled = [generate(lm, prompt, SamplingParams(temperature=0.8, top_p=0.9, seed=0), max_new_tokens=20).token_ids
                for _ in range(2)]
-    assert sampled[0] == sampled[1]                                                         # seeded on the GPU too
+    assert sampled[0] == sampled[1]                                                         # seeded on every device
     cached = generate(lm, prompt, GREEDY_NO_EOS, max_new_tokens=28, use_cache=True)         # chapter 03
     uncached = generate(lm, prompt, GREEDY_NO_EOS, max_new_tokens=28, use_cache=False)
     assert cached.token_ids == uncached.token_ids
