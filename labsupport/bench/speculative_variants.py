@@ -3,8 +3,8 @@
     python -m labsupport.bench speculative-variants [--max-new-tokens 48] [--repeats 3] [--quick]
 
 (also run at the end of ``python -m labsupport.bench speculative``). For plain decoding,
-self-speculation (k = 1, 2, 3 layers), Medusa heads (a chain and a token tree), lookahead, EAGLE
-and — as the baseline without any model, chapter 06's — n-gram prompt lookup, on the prose and the repetitive prompt, at batch 1 and 8, it measures in one run:
+self-speculation (k = 1, 2, 3 layers), Medusa heads (a chain and a token tree), lookahead, EAGLE,
+suffix decoding and — as the baseline without any model, chapter 06's — n-gram prompt lookup, on the prose and the repetitive prompt, at batch 1 and 8, it measures in one run:
 
 * α per position (acceptance at draft depth i, given depth i was reached) and tokens per
   target forward;
@@ -58,6 +58,7 @@ from labsupport.speculative.lookahead import LookaheadProposer
 from labsupport.speculative.medusa import MedusaProposer, load_medusa
 from labsupport.speculative.proposers import NgramProposer
 from labsupport.speculative.self_spec import SelfSpecProposer
+from labsupport.speculative.suffix import SuffixProposer
 from labsupport.timing import median_range, time_interleaved
 from labsupport.validation import check_int
 
@@ -74,7 +75,7 @@ def default_methods(target: LoadedModel, heads=None, eagle=None) -> dict[str, Ca
             "medusa chain": lambda: MedusaProposer(heads, widths=(1, 1, 1)),
             "medusa tree": lambda: MedusaProposer(heads, widths=(3, 2, 1)),
             "lookahead": lambda: LookaheadProposer(window=4, ngram=4, max_candidates=3),
-            "n-gram γ=4": lambda: NgramProposer(4),
+            "n-gram γ=4": lambda: NgramProposer(4), "suffix γ=8": lambda: SuffixProposer(8),
             "eagle γ=3": lambda: EagleProposer(eagle, 3), "eagle γ=5": lambda: EagleProposer(eagle, 5)}
 
 

@@ -51,6 +51,7 @@ from .rejection import (
 from .rounds import Draft, SpecSequence, clip_draft, commit_round, finish_round, verify_draft
 from .self_spec import SelfSpecProposer
 from .stats import RoundRecord, SpecStats
+from .suffix import SuffixProposer, SuffixTrie
 from .theory import (
     best_gamma,
     expected_accepted,
@@ -83,6 +84,8 @@ __all__ = [
     "SpeculativeConfig",
     "SpeculativeEngine",
     "SpeculativeResult",
+    "SuffixProposer",
+    "SuffixTrie",
     "TokenTree",
     "TwoTokenTree",
     "VerifyResult",

@@ -16,7 +16,7 @@ from ..validation import check_choice, check_int
 
 __all__ = ["METHODS", "SpeculativeConfig", "make_proposer"]
 
-METHODS = ("draft_model", "ngram", "eagle", "self_speculative", "medusa", "lookahead")
+METHODS = ("draft_model", "ngram", "suffix", "eagle", "self_speculative", "medusa", "lookahead")
 
 
 @dataclass
@@ -34,6 +34,8 @@ class SpeculativeConfig:
             name / path to load (default the shipped ones).
         tree_widths: Medusa's top-k per depth, e.g. ``(3, 2, 1)`` (``None``: a chain of width 1).
         ngram / max_candidates: lookahead's n-gram length and candidates per round.
+        suffix_decoding_max_tree_depth / _max_cached_requests / _max_spec_factor / _min_token_prob:
+            suffix decoding's settings (``"suffix"``; :class:`~labsupport.speculative.suffix.SuffixProposer`).
 
     Raises:
         TypeError / ValueError: an unknown method, a size out of range.
@@ -49,6 +51,10 @@ class SpeculativeConfig:
     tree_widths: tuple[int, ...] | None = None
     ngram: int = 4
     max_candidates: int = 3
+    suffix_decoding_max_tree_depth: int = 24
+    suffix_decoding_max_cached_requests: int = 1000
+    suffix_decoding_max_spec_factor: float = 1.0
+    suffix_decoding_min_token_prob: float = 0.1
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
@@ -85,6 +91,10 @@ def make_proposer(config: SpeculativeConfig | Mapping, target):
     gamma = cfg.num_speculative_tokens
     if cfg.method == "ngram":
         return NgramProposer(gamma, cfg.prompt_lookup_max, cfg.prompt_lookup_min)
+    if cfg.method == "suffix":
+        from .suffix import SuffixProposer
+        return SuffixProposer(gamma, cfg.suffix_decoding_max_tree_depth, cfg.suffix_decoding_max_cached_requests,
+                              cfg.suffix_decoding_max_spec_factor, cfg.suffix_decoding_min_token_prob)
     if cfg.method == "draft_model":
         if cfg.draft_model is None:
             raise ValueError("speculative_config method 'draft_model' needs draft_model (a LoadedModel or a name)")
