@@ -113,6 +113,7 @@ def test_greedy_engine_equals_model_generate(gpu_lm):
     outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
     for p, o in zip(prompts, outs):
         assert o.token_ids == hf_generate(gpu_lm, p, 16)
+        assert o.finish_reason == ("stop" if o.token_ids[-1] == gpu_lm.eos_token_id else "length")
     assert engine.block_manager.num_used_blocks == 0
 
 
@@ -158,15 +159,17 @@ def test_swap_moves_blocks_between_the_device_and_the_cpu(gpu_lm, device):
     torch.testing.assert_close(runner.kv_cache[:, :, [6, 1]], before, atol=0, rtol=0)   # a copy is exact
 
 
-def test_chunked_prefill_equals_model_generate(gpu_lm):
+def test_chunked_prefill_mixes_chunks_with_decodes(gpu_lm):
     prompts = prompts_for(gpu_lm, [4, 30, 23], seed=31)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
                        max_num_batched_tokens=8, record_history=True)
     outs = engine.generate(prompts, GREEDY, max_new_tokens=10)
     for p, o in zip(prompts, outs):
         assert o.token_ids == hf_generate(gpu_lm, p, 10)
-    assert max(n for h in engine.history for n in h.scheduled_tokens.values()) <= 6
-    assert any(1 in h.scheduled_tokens.values() and max(h.scheduled_tokens.values()) > 1 for h in engine.history)
+    chunks = [n for h in engine.history for n in h.scheduled_tokens.values()]
+    assert max(chunks) <= 6 and all(h.num_batched_tokens <= 8 for h in engine.history)
+    mixed = [h for h in engine.history if 1 in h.scheduled_tokens.values() and max(h.scheduled_tokens.values()) > 1]
+    assert mixed, "no step mixed a prefill chunk with a decode"
 
 
 def test_prefix_caching_equals_model_generate(gpu_lm):

@@ -12,7 +12,7 @@ from labsupport import timing
 from labsupport.engine import BlockManager, EngineConfig, LLMEngine, ModelRunner
 from labsupport.engine.extend import extend
 from labsupport.generation import generate
-from labsupport.sampling import GREEDY, SamplingParams
+from labsupport.sampling import GREEDY
 
 GREEDY_NO_EOS = GREEDY.replace(ignore_eos=True)
 
@@ -112,16 +112,6 @@ def test_extend_and_rollback_for_draft_verification(tiny_lm):
 
 
 # ---------------------------------------------------------------------------- greedy = model.generate
-def test_greedy_equals_model_generate(tiny_lm):
-    prompts = prompts_for(tiny_lm, [3, 9, 14, 6, 1], seed=11)
-    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64)
-    outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
-    for p, o in zip(prompts, outs):
-        assert o.token_ids == hf_generate(tiny_lm, p, 16)
-        assert o.finish_reason == ("stop" if o.token_ids[-1] == tiny_lm.eos_token_id else "length")
-    assert engine.block_manager.num_used_blocks == 0
-
-
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_greedy_equals_model_generate_under_preemption(tiny_lm, mode):
     prompts = prompts_for(tiny_lm, [5, 8, 12, 3, 7, 10], seed=12)
@@ -146,19 +136,6 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
     assert engine.block_manager.num_prefix_hit_blocks >= 2 * 3               # 3 full shared blocks, twice
     admitted = next(h.scheduled_tokens for h in engine.history if set(h.scheduled_tokens) & {"1", "2"})
     assert admitted["1"] == len(prompts[1]) - 12                       # only the uncached tail is computed
-
-
-def test_chunked_prefill_mixes_chunks_with_decodes(tiny_lm):
-    prompts = prompts_for(tiny_lm, [4, 30, 23], seed=31)
-    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
-                       max_num_batched_tokens=8, record_history=True)
-    outs = engine.generate(prompts, GREEDY, max_new_tokens=10)
-    for p, o in zip(prompts, outs):
-        assert o.token_ids == hf_generate(tiny_lm, p, 10)
-    chunks = [n for h in engine.history for n in h.scheduled_tokens.values()]
-    assert max(chunks) <= 6 and all(h.num_batched_tokens <= 8 for h in engine.history)
-    mixed = [h for h in engine.history if 1 in h.scheduled_tokens.values() and max(h.scheduled_tokens.values()) > 1]
-    assert mixed, "no step mixed a prefill chunk with a decode"
 
 
 # ---------------------------------------------------------------------------- preemption keeps every output
@@ -218,17 +195,6 @@ def test_bad_input_raises_value_error(tiny_lm):
 
 
 # ---------------------------------------------------------------------------- sampling, fork, stop, metrics
-def test_seeded_sampling_matches_generate_and_ignores_batch_mates(tiny_lm):
-    p, other = prompts_for(tiny_lm, [6, 9], seed=51)
-    params = SamplingParams(temperature=0.9, top_k=50, seed=123, ignore_eos=True)
-    ref = generate(tiny_lm, p, params, max_new_tokens=12, record=False).token_ids
-    engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
-    rid = engine.add_request(p, params, max_tokens=12)
-    engine.add_request(other, SamplingParams(temperature=1.0, seed=5), max_tokens=12)
-    engine.run()
-    assert engine.output(rid).token_ids == ref
-
-
 def test_parallel_sampling_shares_prompt_blocks_copy_on_write(tiny_lm):
     (p,) = prompts_for(tiny_lm, [6], seed=61)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32, record_history=True)
