@@ -40,9 +40,16 @@ def _position_names() -> dict[str, str]:
 
 
 def _slider(s: W.Widget) -> W.Widget:
+    """A control of fixed width that never shrinks (three in a row used to squeeze a slider's track to
+    33 px, too small to drag in front of a room): the row wraps instead (:func:`_row`)."""
     s.style.description_width = "150px"
     s.layout.width = "440px"
+    s.layout.flex = "0 0 auto"
     return s
+
+
+def _row(controls) -> W.HBox:
+    return W.HBox(controls, layout=W.Layout(flex_flow="row wrap"))
 
 
 def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRID) -> W.VBox:
@@ -96,7 +103,7 @@ def cacheblend_lab(blends: Mapping[str, CacheBlend], r: float = 0.15, grid=R_GRI
     for w in (r_s, method, pos):
         w.observe(redraw, "value")
     redraw()
-    return Panel([W.HBox([r_s, method, pos]), info, out])
+    return Panel([_row([r_s, method, pos]), info, out])
 
 
 def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_blocks: int = 14,
@@ -140,4 +147,4 @@ def tier_lab(lm, system: list[int], conversations: list[list[list[int]]], num_bl
     for w in (pool, cpu, disk):
         w.observe(redraw, "value")
     redraw()
-    return Panel([W.HBox([pool, cpu, disk]), info, out])
+    return Panel([_row([pool, cpu, disk]), info, out])
