@@ -139,15 +139,16 @@ class SuffixProposer(Proposer):
         self.shared_drafts = 0                                          # drafts the shared trie won
 
     def start(self, engine, seqs) -> None:
+        """Index each new request's prompt (prefill-time work: O(prompt × max_tree_depth))."""
         for s in seqs:
             s.state["suffix"] = {"trie": SuffixTrie(self.max_tree_depth), "ends": None, "seen": 0}
+            self._own(s)
 
     def _own(self, s) -> SuffixTrie:
         """The request's trie, brought up to its committed tokens."""
         own = s.state.get("suffix")
         if own is None:                                     # a proposer handed a sequence it did not start
-            self.start(None, [s])
-            own = s.state["suffix"]
+            own = s.state["suffix"] = {"trie": SuffixTrie(self.max_tree_depth), "ends": None, "seen": 0}
         tokens = s.token_ids
         own["ends"] = own["trie"].extend(tokens[own["seen"]:], own["ends"])
         own["seen"] = len(tokens)
