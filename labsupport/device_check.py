@@ -48,14 +48,14 @@ def _checks(device: torch.device) -> list[tuple[str, Callable[[], tuple[bool, st
         return gap <= 1e-4, f"max |engine − HF| = {gap:.1e} over {len(ids)} positions"
 
     def engine_greedy():
-        outs = LLMEngine(lm, block_size=16, num_blocks=64).generate(PROMPTS, fixed, max_new_tokens=32)
+        outs = LLMEngine(lm, block_size=16, num_blocks=64).generate(PROMPTS, fixed, max_tokens=32)
         same = sum(o.token_ids == generate(lm, p, fixed, max_new_tokens=32, record=False).token_ids
                    for p, o in zip(PROMPTS, outs))
         return same == len(PROMPTS), f"{same}/{len(PROMPTS)} requests × 32 tokens equal to generate"
 
     def swap():
         engine = LLMEngine(lm, block_size=4, num_blocks=24, preemption_mode="swap", num_cpu_blocks=64)
-        outs = engine.generate(PROMPTS, fixed, max_new_tokens=24)
+        outs = engine.generate(PROMPTS, fixed, max_tokens=24)
         pre = sum(o.metrics.num_preemptions for o in outs)
         same = sum(o.token_ids == generate(lm, p, fixed, max_new_tokens=24, record=False).token_ids
                    for p, o in zip(PROMPTS, outs))
@@ -69,11 +69,11 @@ def _checks(device: torch.device) -> list[tuple[str, Callable[[], tuple[bool, st
 
     def throughput():
         engine = LLMEngine(lm, block_size=16, num_blocks=128)
-        engine.generate(PROMPTS[:2], fixed, max_new_tokens=8)             # warm-up
+        engine.generate(PROMPTS[:2], fixed, max_tokens=8)             # warm-up
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        engine.generate(PROMPTS, fixed, max_new_tokens=64)
+        engine.generate(PROMPTS, fixed, max_tokens=64)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return True, f"{len(PROMPTS) * 64 / (time.perf_counter() - start):.0f} tok/s (batch of 8 × 64, not a check)"

@@ -110,7 +110,7 @@ def test_engine_logits_agree_with_the_cpus(tiny_lm, gpu_lm):
 def test_greedy_engine_equals_model_generate(gpu_lm):
     prompts = prompts_for(gpu_lm, [3, 9, 14, 6, 1], seed=11)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64)
-    outs = engine.generate(prompts, GREEDY, max_new_tokens=16)
+    outs = engine.generate(prompts, GREEDY, max_tokens=16)
     for p, o in zip(prompts, outs):
         assert o.token_ids == hf_generate(gpu_lm, p, 16)
         assert o.finish_reason == ("stop" if o.token_ids[-1] == gpu_lm.eos_token_id else "length")
@@ -136,7 +136,7 @@ def test_preemption_keeps_outputs(gpu_lm, device, mode):
     prompts = prompts_for(gpu_lm, [5, 8, 12, 3, 7, 10], seed=12)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=12, preemption_mode=mode, num_cpu_blocks=64,
                        record_history=True)
-    outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=20)
+    outs = engine.generate(prompts, GREEDY_NO_EOS, max_tokens=20)
     assert sum(o.metrics.num_preemptions for o in outs) > 0
     for p, o in zip(prompts, outs):
         assert o.token_ids == solo(gpu_lm, p, 20)
@@ -163,7 +163,7 @@ def test_chunked_prefill_mixes_chunks_with_decodes(gpu_lm):
     prompts = prompts_for(gpu_lm, [4, 30, 23], seed=31)
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_chunked_prefill=True, max_prefill_chunk=6,
                        max_num_batched_tokens=8, record_history=True)
-    outs = engine.generate(prompts, GREEDY, max_new_tokens=10)
+    outs = engine.generate(prompts, GREEDY, max_tokens=10)
     for p, o in zip(prompts, outs):
         assert o.token_ids == hf_generate(gpu_lm, p, 10)
     chunks = [n for h in engine.history for n in h.scheduled_tokens.values()]
@@ -176,8 +176,8 @@ def test_prefix_caching_equals_model_generate(gpu_lm):
     (shared,) = prompts_for(gpu_lm, [13], seed=21)
     prompts = [shared + t for t in prompts_for(gpu_lm, [3, 5, 2], seed=22)]
     engine = LLMEngine(gpu_lm, block_size=4, num_blocks=64, enable_prefix_caching=True)
-    outs = engine.generate(prompts[:1], GREEDY, max_new_tokens=8) + engine.generate(prompts[1:], GREEDY,
-                                                                                    max_new_tokens=8)
+    outs = engine.generate(prompts[:1], GREEDY, max_tokens=8) + engine.generate(prompts[1:], GREEDY,
+                                                                                    max_tokens=8)
     for p, o in zip(prompts, outs):
         assert o.token_ids == hf_generate(gpu_lm, p, 8)
     assert engine.block_manager.num_prefix_hit_blocks >= 6
@@ -240,7 +240,7 @@ def test_paged_speculative_engine_equals_plain_engine(gpu_pair):
     plain = [o.token_ids for o in LLMEngine(target, block_size=4, num_blocks=256).generate(prompts, GREEDY, 24)]
     engine = spec.SpeculativeEngine(target, spec.DraftModelProposer(draft, target, 4), block_size=4, num_blocks=256,
                                     max_num_seqs=4)
-    outs = engine.generate(prompts, GREEDY, max_new_tokens=24)
+    outs = engine.generate(prompts, GREEDY, max_tokens=24)
     assert [o.token_ids for o in outs] == plain
     assert engine.block_manager.num_free_blocks == 256
 
@@ -265,7 +265,7 @@ def test_chapter_core_calls_on_the_device(device):
     beam = beam_search(lm, prompt, 4, max_new_tokens=12)                                    # chapter 02
     assert len(beam.best.token_ids) >= 1
     engine = LLMEngine(lm, block_size=4, num_blocks=20, max_num_seqs=4)                     # chapters 04, 05
-    outs = engine.generate([prompt, "Hello", "The default encoding is"], GREEDY_NO_EOS, max_new_tokens=16)
+    outs = engine.generate([prompt, "Hello", "The default encoding is"], GREEDY_NO_EOS, max_tokens=16)
     for p, o in zip([prompt, "Hello", "The default encoding is"], outs):
         assert o.token_ids == solo(lm, lm.encode(p), 16)
         assert o.metrics.ttft is not None and o.metrics.tpot is not None

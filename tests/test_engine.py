@@ -116,7 +116,7 @@ def test_extend_and_rollback_for_draft_verification(tiny_lm):
 def test_greedy_equals_model_generate_under_preemption(tiny_lm, mode):
     prompts = prompts_for(tiny_lm, [5, 8, 12, 3, 7, 10], seed=12)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=12, preemption_mode=mode, num_cpu_blocks=64)
-    outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=20)
+    outs = engine.generate(prompts, GREEDY_NO_EOS, max_tokens=20)
     assert sum(o.metrics.num_preemptions for o in outs) > 0
     for p, o in zip(prompts, outs):
         assert o.token_ids == solo(tiny_lm, p, 20)
@@ -129,8 +129,8 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
     tails = prompts_for(tiny_lm, [3, 5, 2], seed=22)
     prompts = [shared + t for t in tails]
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=64, enable_prefix_caching=True, record_history=True)
-    first = engine.generate(prompts[:1], GREEDY, max_new_tokens=8)
-    rest = engine.generate(prompts[1:], GREEDY, max_new_tokens=8)
+    first = engine.generate(prompts[:1], GREEDY, max_tokens=8)
+    rest = engine.generate(prompts[1:], GREEDY, max_tokens=8)
     for p, o in zip(prompts, first + rest):
         assert o.token_ids == hf_generate(tiny_lm, p, 8)
     assert engine.block_manager.num_prefix_hit_blocks >= 2 * 3               # 3 full shared blocks, twice
@@ -143,7 +143,7 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_lm):
 def test_preemption_keeps_every_output(tiny_lm, mode):
     prompts = prompts_for(tiny_lm, [6, 6, 6, 6], seed=16)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=10, preemption_mode=mode, num_cpu_blocks=16)
-    outs = engine.generate(prompts, GREEDY_NO_EOS, max_new_tokens=12)
+    outs = engine.generate(prompts, GREEDY_NO_EOS, max_tokens=12)
     assert sum(o.metrics.num_preemptions for o in outs) > 0            # the pool forced preemption
     for p, o in zip(prompts, outs):
         assert len(o.token_ids) == 12 and o.finish_reason == "length"
@@ -198,7 +198,7 @@ def test_bad_input_raises_value_error(tiny_lm):
 def test_parallel_sampling_shares_prompt_blocks_copy_on_write(tiny_lm):
     (p,) = prompts_for(tiny_lm, [6], seed=61)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32, record_history=True)
-    outs = engine.generate([p], GREEDY_NO_EOS.replace(n=3), max_new_tokens=5)
+    outs = engine.generate([p], GREEDY_NO_EOS.replace(n=3), max_tokens=5)
     assert [o.request_id for o in outs] == ["0", "0.1", "0.2"]
     assert all(o.token_ids == solo(tiny_lm, p, 5) for o in outs)
     after_fork = engine.history[1]
@@ -212,10 +212,10 @@ def test_parallel_sampling_shares_prompt_blocks_copy_on_write(tiny_lm):
 def test_stop_string_cuts_text(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
     (p,) = prompts_for(tiny_lm, [5], seed=71)
-    full = engine.generate([p], GREEDY_NO_EOS, max_new_tokens=12)[0]
+    full = engine.generate([p], GREEDY_NO_EOS, max_tokens=12)[0]
     half = len(full.text) // 2                  # a stop string from the second half, not blank (a fixed seed: always found)
     stop = next(full.text[i:i + 3] for i in range(half, len(full.text) - 2) if full.text[i:i + 3].strip())
-    out = engine.generate([p], GREEDY_NO_EOS.replace(stop=(stop,)), max_new_tokens=12)[0]
+    out = engine.generate([p], GREEDY_NO_EOS.replace(stop=(stop,)), max_tokens=12)[0]
     assert out.finish_reason == "stop" and stop not in out.text
     assert full.text.startswith(out.text) and len(out.token_ids) < 12
 
@@ -310,12 +310,12 @@ def test_sequential_requests_recycle_the_pool(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
     bm = engine.block_manager
     for p in prompts[:10]:
-        (out,) = engine.generate([p], GREEDY_NO_EOS, max_new_tokens=4)
+        (out,) = engine.generate([p], GREEDY_NO_EOS, max_tokens=4)
         assert out.token_ids == solo(tiny_lm, p, 4)
         assert bm.num_used_blocks == 0 and bm.num_free_blocks + bm.num_evictable_blocks == 8
         bm.audit()
     assert bm.num_evictions > 0
-    (out,) = engine.generate([prompts[10]], GREEDY_NO_EOS, max_new_tokens=4)     # the 11th allocates
+    (out,) = engine.generate([prompts[10]], GREEDY_NO_EOS, max_tokens=4)     # the 11th allocates
     assert out.token_ids == solo(tiny_lm, prompts[10], 4)
     assert bm.num_prefix_hit_tokens(prompts[0]) == 0                          # evicted: a miss
     assert bm.num_prefix_hit_tokens(prompts[10]) == 4                         # recent: a hit

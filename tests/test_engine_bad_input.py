@@ -69,7 +69,7 @@ def test_fork_children_never_clobber_a_user_request(tiny_lm, finish_first):
     engine.add_request(a, NO_EOS, max_tokens=2, request_id="0.2")
     if finish_first:
         engine.run()
-    outs = engine.generate([b], NO_EOS.replace(n=3), max_new_tokens=3)
+    outs = engine.generate([b], NO_EOS.replace(n=3), max_tokens=3)
     assert [o.request_id for o in outs] == ["0", "0.1", "0.3"]
     assert all(o.token_ids == generate(tiny_lm, b, NO_EOS, max_new_tokens=3).token_ids for o in outs)
     user = engine.output("0.2")
@@ -187,7 +187,7 @@ def test_parallel_sampling_under_memory_pressure(tiny_lm, mode, cpu):
     (p,) = prompts_for(tiny_lm, [6], seed=31)
     params = SamplingParams(temperature=1.0, top_p=0.95, repetition_penalty=1.1, n=4, seed=7, ignore_eos=True)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=5, preemption_mode=mode, num_cpu_blocks=cpu)
-    outs = engine.generate([p], params, max_new_tokens=8)
+    outs = engine.generate([p], params, max_tokens=8)
     assert [o.request_id for o in outs] == ["0", "0.1", "0.2", "0.3"]
     assert sum(o.metrics.num_preemptions for o in outs) > 0
     for k, o in enumerate(outs):
@@ -201,7 +201,7 @@ def test_chunked_prefill_with_chunk_one(tiny_lm):
     prompts = prompts_for(tiny_lm, [5, 3, 9], seed=41)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=16, enable_chunked_prefill=True, max_prefill_chunk=1,
                        max_num_batched_tokens=2, max_num_seqs=2, record_history=True)
-    outs = engine.generate(prompts, NO_EOS, max_new_tokens=5)
+    outs = engine.generate(prompts, NO_EOS, max_tokens=5)
     for p, o in zip(prompts, outs):
         assert o.token_ids == generate(tiny_lm, p, NO_EOS, max_new_tokens=5).token_ids
     assert max(n for h in engine.history for n in h.scheduled_tokens.values()) == 1
@@ -212,8 +212,8 @@ def test_prefix_caching_identical_prompts_diverging_in_the_last_partial_block(ti
     (base,) = prompts_for(tiny_lm, [6], seed=51)                    # one full block + 2 tokens
     prompts = [base + [11], base + [12], base + [11], base[:4]]
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=12, enable_prefix_caching=True)
-    first = engine.generate(prompts[:1], NO_EOS, max_new_tokens=4)
-    rest = engine.generate(prompts[1:], NO_EOS, max_new_tokens=4)
+    first = engine.generate(prompts[:1], NO_EOS, max_tokens=4)
+    rest = engine.generate(prompts[1:], NO_EOS, max_tokens=4)
     for p, o in zip(prompts, first + rest):
         assert o.token_ids == generate(tiny_lm, p, NO_EOS, max_new_tokens=4).token_ids
     bm = engine.block_manager
@@ -230,15 +230,15 @@ def test_eviction_then_the_same_prefix_again(tiny_lm):
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8, enable_prefix_caching=True)
     bm = engine.block_manager
     ref = {i: generate(tiny_lm, p, NO_EOS, max_new_tokens=4).token_ids for i, p in enumerate(prompts)}
-    (out,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
+    (out,) = engine.generate([prompts[0]], NO_EOS, max_tokens=4)
     assert bm.num_prefix_hit_tokens(prompts[0]) == 4
     for i in range(1, 6):
-        engine.generate([prompts[i]], NO_EOS, max_new_tokens=4)
+        engine.generate([prompts[i]], NO_EOS, max_tokens=4)
     assert bm.num_evictions > 0 and bm.num_prefix_hit_tokens(prompts[0]) == 0
     hits = bm.num_prefix_hit_blocks
-    (again,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
+    (again,) = engine.generate([prompts[0]], NO_EOS, max_tokens=4)
     assert again.token_ids == out.token_ids == ref[0] and bm.num_prefix_hit_blocks == hits
-    (third,) = engine.generate([prompts[0]], NO_EOS, max_new_tokens=4)
+    (third,) = engine.generate([prompts[0]], NO_EOS, max_tokens=4)
     assert third.token_ids == ref[0] and bm.num_prefix_hit_blocks == hits + 1
     pool_is_whole(engine)
 
@@ -315,7 +315,7 @@ def test_parallel_samples_of_a_one_token_request(tiny_lm):
     (p,) = prompts_for(tiny_lm, [5], seed=81)
     params = SamplingParams(temperature=1.0, n=3, seed=9, ignore_eos=True)
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=2)
-    outs = engine.generate([p], params, max_new_tokens=1)
+    outs = engine.generate([p], params, max_tokens=1)
     assert [(o.request_id, o.finish_reason) for o in outs] == [("0", "length"), ("0.1", "length"), ("0.2", "length")]
     for k, o in enumerate(outs):
         assert o.token_ids == generate(tiny_lm, p, params.replace(seed=9 + k, n=1), max_new_tokens=1).token_ids

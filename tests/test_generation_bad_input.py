@@ -31,7 +31,7 @@ def test_prompt_ids_as_tensor_or_numpy_and_numpy_max_new(tiny_lm):
     assert generate(tiny_lm, torch.tensor([5, 6, 7]), NO_EOS, max_new_tokens=np.int64(3)).token_ids == ref
     assert generate(tiny_lm, np.array([5, 6, 7]), NO_EOS, max_new_tokens=3).token_ids == ref
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=8)
-    (out,) = engine.generate(list(np.array([5, 6, 7])), NO_EOS, max_new_tokens=np.int32(3))
+    (out,) = engine.generate(list(np.array([5, 6, 7])), NO_EOS, max_tokens=np.int32(3))
     assert out.token_ids == ref
 
 
@@ -113,7 +113,7 @@ def test_stop_string_spanning_two_tokens(tiny_lm):
     assert out.finish_reason == "stop" and out.token_ids == full.token_ids[:i + 2]
     assert out.text == full.text[:cut] and stop not in out.text
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
-    (eng,) = engine.generate(["Hello"], params.replace(stop=[stop]), max_new_tokens=24)
+    (eng,) = engine.generate(["Hello"], params.replace(stop=[stop]), max_tokens=24)
     assert (eng.token_ids, eng.text, eng.finish_reason) == (out.token_ids, out.text, "stop")
 
 
@@ -135,7 +135,7 @@ def test_eos_as_the_very_first_token():
     batch = generate_batch(lm, ["Hello", "a b c"], GREEDY, max_new_tokens=5)
     assert [(r.token_ids, r.text, r.finish_reason) for r in batch] == [([eos], "", "stop")] * 2
     engine = LLMEngine(lm, block_size=4, num_blocks=16)
-    outs = engine.generate(["Hello", "a b c"], GREEDY.replace(n=2), max_new_tokens=5)
+    outs = engine.generate(["Hello", "a b c"], GREEDY.replace(n=2), max_tokens=5)
     assert [(o.token_ids, o.text, o.finish_reason) for o in outs] == [([eos], "", "stop")] * 4
     ignored = generate(lm, "Hello", NO_EOS, max_new_tokens=3)
     assert ignored.token_ids == [eos] * 3 and ignored.finish_reason == "length"

@@ -59,7 +59,7 @@ def test_prefilled_requests_decode_exactly_like_one_engine(lm):
     """Prefill engine (max 1 token) → connector → add_prefilled_request on a second engine:
     greedy outputs equal one colocated engine's, bytes shipped = prompt_len · 2·L·H·D·4."""
     prompts = _prompts(6, _vocab(lm), seed=1)
-    ref = LLMEngine(lm, block_size=4, num_blocks=128).generate(prompts, GREEDY, max_new_tokens=12)
+    ref = LLMEngine(lm, block_size=4, num_blocks=128).generate(prompts, GREEDY, max_tokens=12)
     prefill = LLMEngine(lm, block_size=4, num_blocks=64)
     prefill.kv_connector = KVConnector()
     for i, p in enumerate(prompts):

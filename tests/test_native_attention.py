@@ -208,7 +208,7 @@ def test_engine_tokens_and_logits_equal_on_both_backends(tiny_lm):
         engine = LLMEngine(tiny_lm, block_size=16, num_blocks=64, attention_backend=backend)
         assert engine.runner.attention_backend == backend
         outs[backend] = [o.token_ids for o in engine.generate(prompts, GREEDY.replace(ignore_eos=True),
-                                                             max_new_tokens=40)]
+                                                             max_tokens=40)]
     assert outs["CPU_ATTN"] == outs["TORCH_SDPA"]
     runners = {b: ModelRunner(tiny_lm, 16, 16, attention_backend=b) for b in ("TORCH_SDPA", "CPU_ATTN")}
     ids = prompts[0]

@@ -38,7 +38,7 @@ def test_promotion_survives_its_own_block_demoting_the_entry(shipped, disk_capac
     counts = tiers.promote(a)
     assert counts["cpu"] + counts["disk"] == 1 and counts["miss"] == 0
     tiers.audit()
-    out = tiers.engine.generate([a], GREEDY, max_new_tokens=3)[0]
+    out = tiers.engine.generate([a], GREEDY, max_tokens=3)[0]
     assert out.token_ids == LLMEngine(shipped, block_size=4, num_blocks=16).generate([a], GREEDY, 3)[0].token_ids
 
 

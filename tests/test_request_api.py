@@ -57,7 +57,7 @@ def test_frequency_penalty_breaks_greedy_loops_on_the_real_path(tiny_lm):
     assert max(penalised.count(t) for t in set(penalised)) <= max(plain.count(t) for t in set(plain))
     engine = LLMEngine(tiny_lm, block_size=4, num_blocks=32)
     same = engine.generate([prompt], SamplingParams(temperature=0.0, ignore_eos=True, frequency_penalty=2.0),
-                           max_new_tokens=24)[0]
+                           max_tokens=24)[0]
     assert same.token_ids == penalised                                      # engine = generate
     batch = generate_batch(tiny_lm, [prompt, [3, 4]], SamplingParams(temperature=0.0, ignore_eos=True,
                                                                      frequency_penalty=2.0), max_new_tokens=24)

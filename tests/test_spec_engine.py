@@ -23,7 +23,7 @@ def pair():
 def plain(pair):
     target, _ = pair
     engine = LLMEngine(target, block_size=4, num_blocks=256, max_num_seqs=8)
-    return [o.token_ids for o in engine.generate(PROMPTS, GREEDY, max_new_tokens=24)]
+    return [o.token_ids for o in engine.generate(PROMPTS, GREEDY, max_tokens=24)]
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
@@ -32,7 +32,7 @@ def test_greedy_equals_engine_plain_greedy(pair, plain, gamma, proposer):
     target, draft = pair
     prop = DraftModelProposer(draft, target, gamma) if proposer == "draft" else NgramProposer(gamma)
     eng = SpeculativeEngine(target, prop, block_size=4, num_blocks=256, max_num_seqs=4)
-    outs = eng.generate(PROMPTS, GREEDY, max_new_tokens=24)
+    outs = eng.generate(PROMPTS, GREEDY, max_tokens=24)
     assert [o.token_ids for o in outs] == plain
     assert all(o.finish_reason == "length" and len(o.token_ids) == 24 for o in outs)
     # every slot of a rejected token was given back: the pools are whole at the end
@@ -66,7 +66,7 @@ def test_rejected_slots_are_freed_each_round(pair):
         return finished
 
     eng._round = checked
-    out = eng.generate([PROMPTS[0]], GREEDY, max_new_tokens=30)[0]
+    out = eng.generate([PROMPTS[0]], GREEDY, max_tokens=30)[0]
     assert len(out.token_ids) == 30 and seen
     assert eng.block_manager.num_free_blocks == 64
 
@@ -85,7 +85,7 @@ def test_sampling_is_seeded_and_batch_independent(pair):
 def test_admission_waits_for_blocks_and_rejects_what_never_fits(pair):
     target, draft = pair
     eng = SpeculativeEngine(target, DraftModelProposer(draft, target, 4), block_size=4, num_blocks=12, max_num_seqs=8)
-    outs = eng.generate([PROMPTS[0], PROMPTS[1], [3] * 60], GREEDY, max_new_tokens=20)
+    outs = eng.generate([PROMPTS[0], PROMPTS[1], [3] * 60], GREEDY, max_tokens=20)
     assert [o.finish_reason for o in outs] == ["length", "length", "error"]
     assert "blocks" in outs[2].error
     assert eng.peak_blocks <= 12 and eng.block_manager.num_free_blocks == 12
@@ -153,7 +153,7 @@ def test_prefill_seconds_count_the_prompts_prefill_and_nothing_else(pair, monkey
 
     proposer.start = slow_start
     eng = SpeculativeEngine(target, proposer, block_size=4, num_blocks=256, max_num_seqs=2)
-    eng.generate(PROMPTS[:4], GREEDY, max_new_tokens=8)         # two at a time: two admissions of two prompts
+    eng.generate(PROMPTS[:4], GREEDY, max_tokens=8)         # two at a time: two admissions of two prompts
     assert eng.prefill_seconds == pytest.approx(2 * (1.0 + 0.25))
     assert eng.target_seconds == pytest.approx(0.001 * eng.num_rounds)
     assert eng.draft_seconds == 0.0

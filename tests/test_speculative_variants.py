@@ -162,7 +162,7 @@ def test_greedy_equals_target_greedy(tiny_lm, name):
     proposer = proposers(tiny_lm)[name]
     engine = SpeculativeEngine(tiny_lm, proposer, block_size=4, num_blocks=256, keep_trees=True)
     moved = audited(engine)
-    outs = engine.generate(PROMPTS, GREEDY, max_new_tokens=20)
+    outs = engine.generate(PROMPTS, GREEDY, max_tokens=20)
     for prompt, out in zip(PROMPTS, outs):
         assert out.token_ids == generate(tiny_lm, prompt, GREEDY, max_new_tokens=20).token_ids
         assert out.finish_reason == "length"

@@ -56,7 +56,7 @@ def test_suffix_in_the_engine_equals_target_greedy_and_speaks_vllms_config():
                               "suffix_decoding_max_spec_factor": 2.0}, lm)
     assert isinstance(proposer, SuffixProposer) and (proposer.max_tree_depth, proposer.max_spec_factor) == (10, 2.0)
     engine = SpeculativeEngine(lm, proposer, block_size=4, num_blocks=256)
-    outs = engine.generate(prompts, GREEDY, max_new_tokens=24)
+    outs = engine.generate(prompts, GREEDY, max_tokens=24)
     for p, o in zip(prompts, outs):
         assert o.token_ids == generate(lm, p, GREEDY, max_new_tokens=24).token_ids
     assert sum(sum(o.spec_stats.accepted) for o in outs) > 0 and engine.block_manager.num_used_blocks == 0

@@ -26,7 +26,7 @@ def test_drive_equals_engine_generate_for_any_window(tiny_lm, window):
     run = vllm_bridge.drive(LLMEngine(tiny_lm, block_size=4, num_blocks=64), reqs, window)
     fixed = GREEDY.replace(ignore_eos=True)
     for p, n, out in zip(prompts, lengths, run["outputs"]):
-        ref = LLMEngine(tiny_lm, block_size=4, num_blocks=64).generate([p], fixed, max_new_tokens=n)[0]
+        ref = LLMEngine(tiny_lm, block_size=4, num_blocks=64).generate([p], fixed, max_tokens=n)[0]
         assert out["token_ids"] == ref.token_ids and out["finish_reason"] == "length"
         assert len(out["token_times"]) == n and out["token_times"] == sorted(out["token_times"])
     assert run["steps"] >= max(lengths)

@@ -228,19 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     engine = LLMEngine(lm, block_size=bs, num_blocks=num_blocks, max_num_seqs=args.batch)
 
     def ours_one_by_one():
-        return [engine.generate([p], params, max_new_tokens=n)[0].token_ids for p in batch]
+        return [engine.generate([p], params, max_tokens=n)[0].token_ids for p in batch]
 
     def hf_one_by_one():
         return [hf_batch(model, [p], n, pad)[0] for p in batch]
 
     def ours_batch():
-        return [o.token_ids for o in engine.generate(batch, params, max_new_tokens=n)]
+        return [o.token_ids for o in engine.generate(batch, params, max_tokens=n)]
 
     def hf_padded():
         return hf_batch(model, batch, n, pad)
 
     # warm-up (allocator, kernels, caches) outside the timings
-    engine.generate(batch[:2], params, max_new_tokens=8)
+    engine.generate(batch[:2], params, max_tokens=8)
     hf_batch(model, batch[:2], 8, pad)
     rows = []
     t_ours1, ids_ours1, t_hf1, ids_hf1 = _paired(ours_one_by_one, hf_one_by_one, args.repeats)

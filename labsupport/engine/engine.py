@@ -29,7 +29,7 @@ import torch
 
 from ..sampling import GREEDY, SamplingParams
 from ..stopping import model_eos_ids
-from ..validation import is_int
+from ..validation import is_int, renamed
 from .block_manager import BlockManager
 from .config import EngineConfig, make_config
 from .intake import RequestIntake
@@ -256,18 +256,24 @@ class LLMEngine(RequestIntake):
         return [self.output(r) for r in sorted(done, key=lambda r: self.requests[r].order)]
 
     def generate(self, prompts: Sequence[str | Sequence[int]] | str, params: SamplingParams = GREEDY,
-                 max_new_tokens: int | None = None) -> list[RequestOutput]:
+                 max_tokens: int | None = None, *, max_new_tokens: int | None = None) -> list[RequestOutput]:
         """Add every prompt, run to the end, return their outputs in prompt order
         (with ``params.n > 1`` each prompt's samples follow it).
+
+        Args:
+            prompts: one prompt (text or ids) or a list of them. params: their sampling settings.
+            max_tokens: most new tokens each (default ``params.max_tokens``; :meth:`add_request`'s name).
+            max_new_tokens: the old name of ``max_tokens``, kept working with a ``DeprecationWarning``.
 
         Raises:
             TypeError / ValueError: as :meth:`add_request`.
         """
+        max_tokens = renamed("max_tokens", max_tokens, "max_new_tokens", max_new_tokens)
         if hasattr(prompts, "tolist"):                              # a tensor / array of ids
             prompts = prompts.tolist()
         if isinstance(prompts, str) or (len(prompts) > 0 and is_int(prompts[0])):     # one prompt
             prompts = [prompts]
-        ids = [self.add_request(p, params, max_new_tokens) for p in prompts]
+        ids = [self.add_request(p, params, max_tokens) for p in prompts]
         self.run()
         result = []
         for rid in ids:
