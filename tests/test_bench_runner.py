@@ -128,3 +128,13 @@ def test_kv_slot_use_counts_slots_by_hand_and_paging_meets_its_bound(tiny_lm):
     assert use["paged_steps"] == pytest.approx(56 / 68) and use["contiguous_steps"] == pytest.approx(56 / 224)
     assert use["paged_final"] == pytest.approx(17 / 20) and use["contiguous_final"] == pytest.approx(17 / 64)
     assert use["bound_steps"] == use["paged_steps"] and use["bound_final"] == use["paged_final"]
+
+
+def test_the_variants_benchmark_prints_the_kernel_each_matrix_uses(tiny_lm):
+    from labsupport.engine import ModelRunner
+
+    runner = ModelRunner(tiny_lm, 16, 4)
+    line = variants.kernel_choice_line(runner)
+    assert line.startswith("matmul kernel per row bucket") and "linear-kernels.json" in line
+    for (shape, *_), choice in runner.kernel_choices.items():
+        assert f"{shape[0]}×{shape[1]}: " + ", ".join(f"{b} {k}" for b, k in sorted(choice.items())) in line

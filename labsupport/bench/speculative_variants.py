@@ -260,6 +260,16 @@ def print_rows(rows: list[MethodRow]) -> None:
           "range: the repeats' lowest and highest.")
 
 
+def kernel_choice_line(runner: ModelRunner) -> str:
+    """The matmul kernel each matrix shape uses per row bucket (``linear.tune``'s choice, cached per machine):
+    verification cost, and so every ratio below, depends on it."""
+    from labsupport.engine.linear import cache_path
+
+    shapes = "; ".join(f"{key[0][0]}×{key[0][1]}: " + ", ".join(f"{b} {k}" for b, k in sorted(choice.items()))
+                       for key, choice in runner.kernel_choices.items())
+    return f"matmul kernel per row bucket (chosen once per machine, cached in {cache_path()}): {shapes}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m labsupport.bench speculative-variants``."""
     ap = argparse.ArgumentParser(prog="python -m labsupport.bench speculative-variants",
@@ -278,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     methods = default_methods(target)
     print(f"speculative variants: tiny-gpt2, {args.max_new_tokens} new tokens, greedy, median of {args.repeats}, "
           f"torch threads {torch.get_num_threads()}, {default_backend_line()}")
+    print(kernel_choice_line(ModelRunner(target, 16, 4)))
     rows = measure_methods(target, methods, {"prose": PROSE, "repetitive": REPETITIVE},
                            batches=(1,) if args.quick else (1, 8), max_new_tokens=args.max_new_tokens,
                            repeats=args.repeats)
