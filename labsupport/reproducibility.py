@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import random
 import statistics
 import time
@@ -298,17 +297,9 @@ def vllm_completions_over_mixes(lm, prompt: Sequence[int], *, batch_invariant: b
 
     cfg = lm.model.config
     mixes = batch_mixes(prompt, vocab=cfg.vocab_size, n_positions=cfg.n_positions, **mix_args)
-    before = os.environ.get("VLLM_BATCH_INVARIANT")
-    os.environ["VLLM_BATCH_INVARIANT"] = "1" if batch_invariant else "0"          # the worker inherits it
-    try:
-        with VLLMWorker(resolve_path("tiny-gpt2") if lm.name.startswith("tiny-gpt2") else lm.name,
-                        timeout=timeout, dtype=dtype, max_model_len=256, enable_prefix_caching=False) as worker:
-            runs = [(worker.run(requests), where) for requests, where in mixes]
-    finally:
-        if before is None:
-            os.environ.pop("VLLM_BATCH_INVARIANT", None)
-        else:
-            os.environ["VLLM_BATCH_INVARIANT"] = before
+    with VLLMWorker(resolve_path(lm.name), timeout=timeout, env={"VLLM_BATCH_INVARIANT": "1" if batch_invariant else "0"},
+                    dtype=dtype, max_model_len=256, enable_prefix_caching=False) as worker:
+        runs = [(worker.run(requests), where) for requests, where in mixes]
     completions = [tuple(run["outputs"][where]["token_ids"]) for run, where in runs]
     speeds = [sum(len(o["token_ids"]) for o in run["outputs"]) / run["seconds"] for run, _ in runs]
     return summarize(lm, prompt, completions, statistics.median(speeds))
@@ -343,8 +334,9 @@ def summarize(lm, prompt: Sequence[int], completions: list[tuple[int, ...]], tok
 
 
 def in_dtype(lm, dtype: str):
-    """A copy of ``lm`` whose model runs in ``dtype`` (``"bfloat16"``, ``"float16"`` or ``"float32"``)."""
+    """A copy of ``lm`` whose model runs in ``dtype`` (``"bfloat16"``, ``"float16"`` or ``"float32"``); its
+    ``name`` stays the one it was loaded from (vLLM loads that and casts it itself)."""
     check_choice("dtype", dtype, tuple(DTYPES))
     from .models import LoadedModel
     return LoadedModel(model=copy.deepcopy(lm.model).to(DTYPES[dtype]).eval(), tokenizer=lm.tokenizer,
-                       device=lm.device, name=f"{lm.name} ({dtype})")
+                       device=lm.device, name=lm.name)

@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +55,8 @@ class VLLMWorker:
         model: a folder with a Hugging Face model (the shipped ``assets/models/tiny-gpt2``).
         threads: CPU threads for vLLM (its OpenMP threads are bound to cores ``0..threads-1``).
         timeout: seconds to wait for any one answer (start-up included) before giving up.
+        env: environment variables for vLLM's process only, on top of this one's (e.g.
+            ``{"VLLM_BATCH_INVARIANT": "1"}``).
         **engine_args: vLLM engine arguments (``block_size``, ``max_num_seqs``,
             ``num_gpu_blocks_override``, ``enable_prefix_caching``, ``max_model_len``, …).
 
@@ -65,15 +67,17 @@ class VLLMWorker:
     Use as a context manager; :meth:`close` ends the worker and every process it started.
     """
 
-    def __init__(self, model: str | os.PathLike, *, threads: int = 1, timeout: float = 600, **engine_args):
+    def __init__(self, model: str | os.PathLike, *, threads: int = 1, timeout: float = 600,
+                 env: Mapping[str, str] | None = None, **engine_args):
         python = vllm_python()
         if python is None:
             raise VLLMError(HOW_TO)
         self.timeout = timeout
         self.log = tempfile.NamedTemporaryFile("w+", prefix="vllm-worker-", suffix=".log",  # noqa: SIM115
                                                delete=False)          # lives as long as the worker; removed by close()
+        extra = dict(env or {})
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra, PYTHONUNBUFFERED="1")
         self._proc = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self.log, text=True, env=env, start_new_session=True)
         self._lines: queue.Queue[str | None] = queue.Queue()

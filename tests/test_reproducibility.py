@@ -88,7 +88,7 @@ def test_first_divergence_and_its_gap_are_read_from_the_completions(tiny_lm, pro
 
 def test_in_dtype_copies_the_model(tiny_lm):
     b16 = rp.in_dtype(tiny_lm, "bfloat16")
-    assert next(b16.model.parameters()).dtype == torch.bfloat16
+    assert next(b16.model.parameters()).dtype == torch.bfloat16 and b16.name == tiny_lm.name
     assert next(tiny_lm.model.parameters()).dtype == torch.float32
     with pytest.raises(ValueError, match="dtype"):
         rp.in_dtype(tiny_lm, "float8")

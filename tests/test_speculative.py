@@ -16,8 +16,7 @@ from labsupport.bench.speculative import measure_costs
 from labsupport.engine.sequence import Sequence
 from labsupport.generation import generate
 from labsupport.models import LoadedModel
-from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits
-from labsupport.sampling import sample_from
+from labsupport.sampling import GREEDY, SamplingParams, apply_repetition_penalty, probs_from_logits, sample_from
 from labsupport.speculative import (
     Draft,
     DraftModelProposer,
@@ -510,8 +509,8 @@ def test_draft_tokens_runs_sequences_in_lockstep_and_keeps_q_only_when_needed():
         return {k: W[v[-1]] for k, v in feed.items()}
 
     def seq(rid, history, params, generator=None):
-        return SpecSequence(Sequence(rid, history[:1], 99, history[1:], params=params,
-                                     stop_rule=StopRule.from_params(params, (), 99)), SpecStats(3), generator)
+        return SpecSequence(Sequence(rid, history[:1], 99, history[1:], params=params, generator=generator,
+                                     stop_rule=StopRule.from_params(params, (), 99)), SpecStats(3))
 
     seqs = [seq("a", [1, 2, 3, 4], GREEDY), seq("b", [5], SamplingParams(temperature=1.0), torch.Generator().manual_seed(0)),
             seq("c", [6], GREEDY)]

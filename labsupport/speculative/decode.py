@@ -98,9 +98,9 @@ def speculative_generate(target: LoadedModel, proposer: Proposer, prompt: str | 
         generator = torch.Generator(device=target.device).manual_seed(params.seed)
     loop = _Loop(target)
     stop_rule = StopRule.from_params(params, target.eos_token_ids, max_new, target.model.config.vocab_size)
-    seq = Seq("0", list(ids), max_new, params=params, stop_rule=stop_rule,
-                   grammar=grammar_for(target, params, max_new))
-    s = SpecSequence(seq, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens), generator)
+    seq = Seq("0", list(ids), max_new, params=params, generator=generator, stop_rule=stop_rule,
+              grammar=grammar_for(target, params, max_new))
+    s = SpecSequence(seq, SpecStats(num_speculative_tokens=proposer.num_speculative_tokens))
     t0 = time.perf_counter()
     tgt = CachedLM(target)
     if len(ids) > 1:

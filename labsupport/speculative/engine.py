@@ -208,10 +208,7 @@ class SpeculativeEngine(LLMEngine):
         return admitted
 
     def _spec_sequence(self, req) -> SpecSequence:
-        gen = req.generator
-        if gen is None and not req.params.greedy:
-            gen = self.generator
-        s = SpecSequence(req, SpecStats(num_speculative_tokens=max(1, self.num_speculative_tokens)), gen)
+        s = SpecSequence(req, SpecStats(num_speculative_tokens=max(1, self.num_speculative_tokens)))
         self.spec[s.request_id] = s
         return s
 

@@ -57,7 +57,6 @@ class SpecSequence:
     Attributes:
         seq: the request (in the engine, the very object its scheduler queues).
         stats: its :class:`SpecStats`.
-        generator: for its draws: the request's own, or the engine's when it has none (``None`` = greedy).
         rounds: one :class:`RoundRecord` per round.
         trees: ``(tree, accepted path)`` of every tree round (kept when asked, for figures).
         state: the proposer's own per-request state (a hidden state, a Jacobi window, a pool …).
@@ -67,7 +66,6 @@ class SpecSequence:
 
     seq: Sequence
     stats: SpecStats
-    generator: torch.Generator | None = None
     rounds: list[RoundRecord] = field(default_factory=list)
     trees: list = field(default_factory=list)
     state: dict = field(default_factory=dict)
@@ -78,6 +76,8 @@ class SpecSequence:
     output_ids = property(lambda self: self.seq.output_ids, doc="The tokens committed so far (the sequence's own list).")
     params = property(lambda self: self.seq.params, doc="Its sampling settings.")
     stop_rule = property(lambda self: self.seq.stop_rule, doc="Its stop conditions.")
+    generator = property(lambda self: self.seq.generator,
+                         doc="The generator of its draws (the request's own or the engine's; ``None``: greedy).")
     max_tokens = property(lambda self: self.seq.max_new_tokens, doc="Most new tokens (cut to the context window).")
     grammar = property(lambda self: self.seq.grammar, doc="Compiled structured output, or ``None``.")
 

@@ -167,15 +167,14 @@ class SuffixProposer(Proposer):
     def start(self, engine, seqs) -> None:
         """Index each new request's prompt (prefill-time work: O(prompt × max_tree_depth))."""
         for s in seqs:
-            s.state["suffix"] = {"trie": SuffixTrie(self.max_tree_depth), "ends": None, "seen": 0}
-            self._own(s)
+            s.state.pop("suffix", None)
+            self._own(s, s.token_ids)
 
-    def _own(self, s) -> SuffixTrie:
-        """The request's trie, brought up to its committed tokens."""
+    def _own(self, s, tokens: list[int]) -> SuffixTrie:
+        """The request's trie (made on first use), brought up to ``tokens``, its committed ones."""
         own = s.state.get("suffix")
-        if own is None:                                     # a proposer handed a sequence it did not start
+        if own is None:
             own = s.state["suffix"] = {"trie": SuffixTrie(self.max_tree_depth), "ends": None, "seen": 0}
-        tokens = s.token_ids
         own["ends"] = own["trie"].extend(tokens[own["seen"]:], own["ends"])
         own["seen"] = len(tokens)
         return own["trie"]
@@ -190,7 +189,7 @@ class SuffixProposer(Proposer):
                 continue
             tree = trees and s.params.greedy                     # token trees are verified greedily only
             args = (context, budget, self.max_spec_factor, self.min_token_prob, tree)
-            own = self._own(s).draft(*args)
+            own = self._own(s, context).draft(*args)
             shared = self.shared.draft(*args) if self._cached else ([], None, 0.0, 0)
             if shared[2] > own[2]:
                 self.shared_drafts += 1
